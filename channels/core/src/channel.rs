@@ -1,0 +1,133 @@
+//! The [`Channel`] trait adapters implement, and the [`InboundSender`] they publish through.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::{ChatKey, InboundMessage, OutboundMessage};
+
+/// The markup a platform renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// Plain text, no markup.
+    Plain,
+    /// Markdown as written (Discord, the API channel).
+    Markdown,
+    /// Telegram's HTML subset.
+    TelegramHtml,
+    /// Slack mrkdwn.
+    SlackMrkdwn,
+}
+
+/// What a channel can do, as data rather than as optional trait methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Sent messages can be edited (streaming by edits).
+    pub edits: bool,
+    /// A typing indicator exists.
+    pub typing: bool,
+    /// Conversations can be threaded.
+    pub threads: bool,
+    /// Longest message the platform accepts, in characters of visible text.
+    pub max_message_len: usize,
+    pub dialect: Dialect,
+}
+
+/// The platform accepted a message; `message_id` is its id there, when it has one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendReceipt {
+    pub message_ids: Vec<String>,
+}
+
+/// Why a send failed, so the outbox knows whether and when to retry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The platform asked us to wait (HTTP 429 `retry_after` / `Retry-After`).
+    #[error("rate limited: retry after {0:?}")]
+    RetryAfter(Duration),
+    /// Network trouble or a 5xx: worth retrying with backoff.
+    #[error("temporary failure: {0}")]
+    Transient(String),
+    /// The platform refused for good (chat gone, bot blocked): retrying will not help.
+    #[error("refused: {0}")]
+    Permanent(String),
+}
+
+/// Why a channel stopped running.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// Credentials were refused; the channel stays down (the others keep running).
+    #[error("credentials refused: {0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What happened to a published message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// Durably stored; it will be handled.
+    Accepted,
+    /// Seen before (a platform redelivery); dropped.
+    Duplicate,
+    /// Not allowed in (access policy, group without a mention); dropped on purpose.
+    Ignored,
+}
+
+/// Publishing failed; the adapter must not acknowledge the message upstream, so the platform
+/// redelivers it later.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("could not publish: {0}")]
+pub struct PublishError(pub String);
+
+/// The gateway side of intake. Implemented by the gateway, called by adapters.
+#[async_trait]
+pub trait InboundSink: Send + Sync + 'static {
+    /// Store the message durably (or drop it as a duplicate / not allowed). When this
+    /// returns `Ok`, the adapter may acknowledge the message upstream.
+    async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError>;
+
+    /// The adapter's connection went up or down; `detail` says why, for `/readyz`.
+    fn set_connected(&self, channel: &str, connected: bool, detail: &str);
+}
+
+/// Cheap, cloneable handle an adapter publishes through.
+#[derive(Clone)]
+pub struct InboundSender(Arc<dyn InboundSink>);
+
+impl InboundSender {
+    pub fn new(sink: Arc<dyn InboundSink>) -> Self {
+        Self(sink)
+    }
+
+    pub async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError> {
+        self.0.publish(msg).await
+    }
+
+    pub fn set_connected(&self, channel: &str, connected: bool, detail: &str) {
+        self.0.set_connected(channel, connected, detail)
+    }
+}
+
+/// A chat platform. Small on purpose: optional behaviour is described by [`Capabilities`].
+#[async_trait]
+pub trait Channel: Send + Sync + 'static {
+    /// The channel part of every `ChatKey` this adapter produces (`telegram`).
+    fn name(&self) -> &str;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// Receive until `shutdown` is cancelled, publishing every message through `inbound`
+    /// before acknowledging it upstream. Reconnects on its own; returns only on shutdown or
+    /// on a fault it cannot recover from (such as refused credentials).
+    async fn run(&self, inbound: InboundSender, shutdown: CancellationToken)
+    -> Result<(), ChannelError>;
+
+    /// Deliver one reply: render, split at the platform limit, send in order.
+    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError>;
+
+    /// Show a typing indicator in the chat (no-op where the platform has none).
+    async fn typing(&self, key: &ChatKey) -> Result<(), SendError>;
+}

@@ -1,0 +1,28 @@
+//! Types every switchboard channel adapter shares with the gateway.
+//!
+//! - [`key`]: [`ChatKey`], the `channel:chat_id` address of a conversation.
+//! - [`message`]: [`InboundMessage`] (platform → bus) and [`OutboundMessage`] (agent → platform).
+//! - [`channel`]: the small [`Channel`] trait, [`Capabilities`] as data, and the
+//!   [`InboundSender`] an adapter publishes through.
+//! - [`format`]: markdown rendering for each platform dialect and chunking at a platform's
+//!   message limit, written once for all adapters.
+//!
+//! Adapters depend on this crate only; they never see the bus, the agent or the store.
+
+pub mod channel;
+pub mod format;
+pub mod key;
+pub mod message;
+
+pub use channel::{
+    Capabilities, Channel, ChannelError, Dialect, InboundSender, InboundSink, PublishError,
+    Published, SendError, SendReceipt,
+};
+pub use key::{ChatKey, ParseKeyError};
+pub use message::{
+    Attachment, AttachmentKind, InboundMessage, Origin, OutboundKind, OutboundMessage, Sender,
+    SystemOrigin,
+};
+
+/// Longest inbound text accepted; longer texts are cut here with a note (DESIGN §11).
+pub const MAX_INBOUND_CHARS: usize = 32_000;

@@ -1,0 +1,191 @@
+//! Messages crossing the bus: [`InboundMessage`] from platforms and producers,
+//! [`OutboundMessage`] back to them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ChatKey;
+
+/// Who sent an inbound message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sender {
+    /// Platform user id (`"123456789"`, `"U0123ABC"`).
+    pub id: String,
+    /// Username without `@`, when the platform has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// Name to show the model.
+    pub display_name: String,
+    /// Set by the gateway, not the adapter: the sender is the gateway's owner.
+    #[serde(default)]
+    pub is_owner: bool,
+}
+
+/// What an attachment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachmentKind {
+    Image,
+    Audio,
+    Voice,
+    Video,
+    Document,
+}
+
+/// A file that came with a message or goes out with a reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub kind: AttachmentKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime: Option<String>,
+    /// Local path (downloaded into the workspace inbox) or URL.
+    pub location: String,
+    #[serde(default)]
+    pub size: u64,
+}
+
+/// Which producer injected a system message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SystemOrigin {
+    Cron { job_id: String },
+    Heartbeat,
+    Subagent { id: String },
+}
+
+/// Whether a person or the gateway itself produced a message.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "system", rename_all = "snake_case")]
+pub enum Origin {
+    #[default]
+    User,
+    System(SystemOrigin),
+}
+
+/// A message on its way from a platform (or a producer) to the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboundMessage {
+    /// Globally unique and stable across redeliveries (`telegram:update:8812`).
+    pub id: String,
+    pub key: ChatKey,
+    pub sender: Sender,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+    /// Platform id of the message this one answers, with its text when known
+    /// (`metadata.reply_to_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    #[serde(default)]
+    pub is_group: bool,
+    #[serde(default)]
+    pub mentions_bot: bool,
+    pub received_at: DateTime<Utc>,
+    #[serde(default)]
+    pub origin: Origin,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+impl InboundMessage {
+    /// A plain user text message with defaults for everything else.
+    pub fn text(id: impl Into<String>, key: ChatKey, sender: Sender, text: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            key,
+            sender,
+            text: text.into(),
+            attachments: Vec::new(),
+            reply_to: None,
+            is_group: false,
+            mentions_bot: false,
+            received_at: Utc::now(),
+            origin: Origin::User,
+            metadata: serde_json::Map::new(),
+        }
+    }
+
+    /// Cut an oversized text at [`crate::MAX_INBOUND_CHARS`] characters, with a note.
+    /// Returns whether anything was cut.
+    pub fn truncate_oversized(&mut self) -> bool {
+        let limit = crate::MAX_INBOUND_CHARS;
+        match self.text.char_indices().nth(limit) {
+            None => false,
+            Some((byte, _)) => {
+                let total = self.text.chars().count();
+                self.text.truncate(byte);
+                self.text.push_str(&format!(
+                    "\n\n[message cut: it had {total} characters, the limit is {limit}]"
+                ));
+                true
+            }
+        }
+    }
+}
+
+/// What a reply is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboundKind {
+    #[default]
+    Final,
+    Progress,
+    Error,
+}
+
+/// A reply on its way to a platform.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboundMessage {
+    pub key: ChatKey,
+    /// Markdown as the model wrote it; the adapter renders its dialect.
+    pub text: String,
+    /// Platform message id to reply to (the triggering message), when the adapter wants it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+    #[serde(default)]
+    pub kind: OutboundKind,
+    /// Id of the inbound message this answers (the API channel routes replies by it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reply_to_inbound: Option<String>,
+}
+
+impl OutboundMessage {
+    pub fn new(key: ChatKey, text: impl Into<String>) -> Self {
+        Self {
+            key,
+            text: text.into(),
+            reply_to: None,
+            attachments: Vec::new(),
+            kind: OutboundKind::Final,
+            in_reply_to_inbound: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oversized_text_is_cut_with_a_note() {
+        let key: ChatKey = "api:a".parse().unwrap();
+        let mut m = InboundMessage::text("1", key, Sender::default(), "é".repeat(100_000));
+        assert!(m.truncate_oversized());
+        assert!(m.text.starts_with(&"é".repeat(crate::MAX_INBOUND_CHARS)));
+        assert!(m.text.contains("it had 100000 characters"));
+        let mut short = InboundMessage::text("2", "api:a".parse().unwrap(), Sender::default(), "hi");
+        assert!(!short.truncate_oversized());
+        assert_eq!(short.text, "hi");
+    }
+
+    #[test]
+    fn origin_round_trips_through_json() {
+        let o = Origin::System(SystemOrigin::Cron { job_id: "j1".into() });
+        let s = serde_json::to_string(&o).unwrap();
+        assert_eq!(serde_json::from_str::<Origin>(&s).unwrap(), o);
+    }
+}

@@ -1,0 +1,1 @@
+//! Fake discord server (being written).

@@ -1,0 +1,1 @@
+//! Fake llm server (being written).

@@ -1,0 +1,1 @@
+//! Fake slack server (being written).

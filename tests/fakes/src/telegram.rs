@@ -1,0 +1,1 @@
+//! Fake telegram server (being written).
