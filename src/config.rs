@@ -1,0 +1,321 @@
+//! Configuration: the `config.toml` schema, loading, and validation with key paths.
+//!
+//! Unknown keys are warnings (with a did-you-mean); invalid values are errors that name the
+//! full key path (`agent.max_iterations: expected an integer`). Secrets are never inline:
+//! `*_env` keys name environment variables, read when a channel or provider starts.
+
+mod duration;
+mod load;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use duration::{DurationStr, parse_duration};
+pub use load::{ConfigError, Loaded, load, load_str};
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub gateway: GatewayConfig,
+    pub agent: AgentConfig,
+    pub llm: LlmConfig,
+    pub channels: ChannelsConfig,
+    pub heartbeat: HeartbeatConfig,
+    pub cron: CronConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GatewayConfig {
+    pub data_dir: PathBuf,
+    pub workspace: PathBuf,
+    pub skills_dirs: Vec<PathBuf>,
+    pub http_listen: String,
+    pub max_concurrent_turns: usize,
+    pub timezone: String,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: "data".into(),
+            workspace: "workspace".into(),
+            skills_dirs: vec!["skills".into()],
+            http_listen: "127.0.0.1:8080".into(),
+            max_concurrent_turns: 64,
+            timezone: "UTC".into(),
+        }
+    }
+}
+
+impl GatewayConfig {
+    /// The HTTP listen address, `None` when HTTP is disabled (`""`).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        if self.http_listen.trim().is_empty() {
+            None
+        } else {
+            self.http_listen.parse().ok()
+        }
+    }
+
+    pub fn tz(&self) -> chrono_tz::Tz {
+        self.timezone.parse().unwrap_or(chrono_tz::UTC)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentConfig {
+    pub name: String,
+    pub max_iterations: u32,
+    pub history_messages: usize,
+    pub tool_timeout: DurationStr,
+    pub restrict_to_workspace: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            name: "Switchboard".into(),
+            max_iterations: 20,
+            history_messages: 50,
+            tool_timeout: DurationStr::secs(60),
+            restrict_to_workspace: true,
+        }
+    }
+}
+
+/// Which wire protocol the LLM speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    Openai,
+    Anthropic,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LlmConfig {
+    pub provider: Provider,
+    pub base_url: String,
+    pub api_key_env: String,
+    pub model: String,
+    pub fallback_models: Vec<String>,
+    pub max_tokens: u32,
+    pub context_window: u32,
+    pub max_retries: u32,
+    pub request_timeout: DurationStr,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            provider: Provider::Openai,
+            base_url: "https://api.openai.com/v1".into(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            model: "gpt-4o-mini".into(),
+            fallback_models: Vec::new(),
+            max_tokens: 4096,
+            context_window: 128_000,
+            max_retries: 8,
+            request_timeout: DurationStr::secs(120),
+        }
+    }
+}
+
+/// Who may talk to the bot in direct messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DmPolicy {
+    Pairing,
+    Allowlist,
+    Open,
+}
+
+/// When the bot answers in groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupPolicy {
+    Mention,
+    Open,
+    Disabled,
+}
+
+/// The access keys every channel shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub dm_policy: DmPolicy,
+    pub allow_from: Vec<String>,
+    pub group_policy: GroupPolicy,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Self {
+            dm_policy: DmPolicy::Pairing,
+            allow_from: Vec::new(),
+            group_policy: GroupPolicy::Mention,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChannelsConfig {
+    pub telegram: TelegramConfig,
+    pub discord: DiscordConfig,
+    pub slack: SlackConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TelegramConfig {
+    pub enabled: bool,
+    pub token_env: String,
+    pub api_url: String,
+    pub dm_policy: DmPolicy,
+    pub allow_from: Vec<String>,
+    pub group_policy: GroupPolicy,
+    pub pacing: bool,
+}
+
+impl TelegramConfig {
+    pub fn access(&self) -> Access {
+        Access {
+            dm_policy: self.dm_policy,
+            allow_from: self.allow_from.clone(),
+            group_policy: self.group_policy,
+        }
+    }
+}
+
+impl Default for TelegramConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            token_env: "TELEGRAM_BOT_TOKEN".into(),
+            api_url: "https://api.telegram.org".into(),
+            dm_policy: DmPolicy::Pairing,
+            allow_from: Vec::new(),
+            group_policy: GroupPolicy::Mention,
+            pacing: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DiscordConfig {
+    pub enabled: bool,
+    pub token_env: String,
+    pub api_url: String,
+    pub dm_policy: DmPolicy,
+    pub allow_from: Vec<String>,
+    pub group_policy: GroupPolicy,
+}
+
+impl DiscordConfig {
+    pub fn access(&self) -> Access {
+        Access {
+            dm_policy: self.dm_policy,
+            allow_from: self.allow_from.clone(),
+            group_policy: self.group_policy,
+        }
+    }
+}
+
+impl Default for DiscordConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            token_env: "DISCORD_BOT_TOKEN".into(),
+            api_url: "https://discord.com".into(),
+            dm_policy: DmPolicy::Pairing,
+            allow_from: Vec::new(),
+            group_policy: GroupPolicy::Mention,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SlackConfig {
+    pub enabled: bool,
+    pub bot_token_env: String,
+    pub app_token_env: String,
+    pub signing_secret_env: String,
+    pub api_url: String,
+    pub dm_policy: DmPolicy,
+    pub allow_from: Vec<String>,
+    pub group_policy: GroupPolicy,
+    pub reply_in_thread: bool,
+}
+
+impl SlackConfig {
+    pub fn access(&self) -> Access {
+        Access {
+            dm_policy: self.dm_policy,
+            allow_from: self.allow_from.clone(),
+            group_policy: self.group_policy,
+        }
+    }
+}
+
+impl Default for SlackConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            bot_token_env: "SLACK_BOT_TOKEN".into(),
+            app_token_env: "SLACK_APP_TOKEN".into(),
+            signing_secret_env: "SLACK_SIGNING_SECRET".into(),
+            api_url: "https://slack.com/api".into(),
+            dm_policy: DmPolicy::Pairing,
+            allow_from: Vec::new(),
+            group_policy: GroupPolicy::Mention,
+            reply_in_thread: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HeartbeatConfig {
+    pub enabled: bool,
+    pub interval: DurationStr,
+    pub target: String,
+    pub active_hours: String,
+}
+
+impl Default for HeartbeatConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval: DurationStr::secs(30 * 60),
+            target: "last".into(),
+            active_hours: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CronConfig {
+    pub enabled: bool,
+}
+
+impl Default for CronConfig {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// Read a secret from the environment variable a `*_env` key names; empty counts as unset.
+pub fn secret(env_name: &str) -> Option<String> {
+    if env_name.is_empty() {
+        return None;
+    }
+    std::env::var(env_name).ok().filter(|v| !v.trim().is_empty())
+}

@@ -1,0 +1,322 @@
+//! Loading `config.toml`: parse, warn on unknown keys, deserialize with key paths, validate,
+//! and resolve relative paths against the config file's folder.
+
+use std::path::{Path, PathBuf};
+
+use super::Config;
+
+/// A configuration that loaded, with the warnings worth showing.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    /// Unknown keys and other non-fatal findings, each naming its key path.
+    pub warnings: Vec<String>,
+    /// The file it came from, when it came from a file.
+    pub path: Option<PathBuf>,
+}
+
+/// Why a configuration could not be used. The message names the key path.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file is not valid TOML: {0}")]
+    Syntax(String),
+    /// A value is wrong; the string starts with the key path.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Load and validate a config file; relative paths resolve against its folder.
+pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let base = path
+        .parent()
+        .map(Path::to_path_buf)
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut loaded = load_str(&text, &base)?;
+    loaded.path = Some(path.to_path_buf());
+    Ok(loaded)
+}
+
+/// Load and validate config text; relative paths resolve against `base`.
+pub fn load_str(text: &str, base: &Path) -> Result<Loaded, ConfigError> {
+    let value: toml::Value = text
+        .parse::<toml::Table>()
+        .map(toml::Value::Table)
+        .map_err(|e| ConfigError::Syntax(e.to_string().trim().to_string()))?;
+    let known = toml::Value::try_from(Config::default()).expect("default config serializes");
+    let mut warnings = Vec::new();
+    unknown_keys(&value, &known, "", &mut warnings);
+
+    let mut config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ConfigError::Invalid(format!("{path}: {}", friendly(&e.into_inner().to_string())))
+    })?;
+    validate(&config, &mut warnings)?;
+    resolve_paths(&mut config, base);
+    Ok(Loaded {
+        config,
+        warnings,
+        path: None,
+    })
+}
+
+/// Turn serde's wording into what a person editing a TOML file understands.
+fn friendly(msg: &str) -> String {
+    let msg = msg.trim();
+    for (pat, say) in [
+        ("expected u32", "expected an integer"),
+        ("expected u64", "expected an integer"),
+        ("expected usize", "expected an integer"),
+        ("expected i64", "expected an integer"),
+        ("expected a boolean", "expected true or false"),
+        ("expected a string", "expected a string"),
+        ("expected a sequence", "expected a list"),
+    ] {
+        if msg.contains(pat) {
+            let got = msg
+                .strip_prefix("invalid type: ")
+                .and_then(|r| r.split(", expected").next())
+                .map(|g| format!(" (got {g})"))
+                .unwrap_or_default();
+            return format!("{say}{got}");
+        }
+    }
+    if msg.contains("invalid value: integer") && msg.contains("expected u") {
+        return "expected a non-negative integer".into();
+    }
+    msg.to_string()
+}
+
+fn unknown_keys(value: &toml::Value, known: &toml::Value, prefix: &str, out: &mut Vec<String>) {
+    let (Some(table), Some(known_table)) = (value.as_table(), known.as_table()) else {
+        return;
+    };
+    for (key, v) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match known_table.get(key) {
+            Some(k) => unknown_keys(v, k, &path, out),
+            None => {
+                let suggestion = closest(key, known_table.keys().map(String::as_str));
+                let hint = suggestion
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_default();
+                out.push(format!("unknown config key `{path}` is ignored{hint}"));
+            }
+        }
+    }
+}
+
+/// The closest candidate within a small edit distance.
+pub(crate) fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let word_l = word.to_lowercase();
+    candidates
+        .map(|c| (edit_distance(&word_l, &c.to_lowercase()), c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != cb);
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+fn invalid(path: &str, msg: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid(format!("{path}: {msg}"))
+}
+
+fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
+    let g = &c.gateway;
+    if !g.http_listen.trim().is_empty() && g.http_listen.parse::<std::net::SocketAddr>().is_err() {
+        return Err(invalid(
+            "gateway.http_listen",
+            format!("expected an address like \"127.0.0.1:8080\" or \"\", got {:?}", g.http_listen),
+        ));
+    }
+    if g.max_concurrent_turns == 0 {
+        return Err(invalid("gateway.max_concurrent_turns", "must be at least 1"));
+    }
+    check_timezone("gateway.timezone", &g.timezone)?;
+    let a = &c.agent;
+    if a.max_iterations == 0 {
+        return Err(invalid("agent.max_iterations", "must be at least 1"));
+    }
+    if a.history_messages == 0 {
+        return Err(invalid("agent.history_messages", "must be at least 1"));
+    }
+    if a.tool_timeout.get().is_zero() {
+        return Err(invalid("agent.tool_timeout", "must be longer than 0s"));
+    }
+    if a.name.trim().is_empty() {
+        return Err(invalid("agent.name", "must not be empty"));
+    }
+    let l = &c.llm;
+    check_url("llm.base_url", &l.base_url)?;
+    if l.model.trim().is_empty() {
+        return Err(invalid("llm.model", "must not be empty"));
+    }
+    if l.max_tokens == 0 {
+        return Err(invalid("llm.max_tokens", "must be at least 1"));
+    }
+    if l.context_window <= l.max_tokens {
+        return Err(invalid(
+            "llm.context_window",
+            format!("must be larger than llm.max_tokens ({})", l.max_tokens),
+        ));
+    }
+    if l.request_timeout.get().is_zero() {
+        return Err(invalid("llm.request_timeout", "must be longer than 0s"));
+    }
+    check_url("channels.telegram.api_url", &c.channels.telegram.api_url)?;
+    check_url("channels.discord.api_url", &c.channels.discord.api_url)?;
+    check_url("channels.slack.api_url", &c.channels.slack.api_url)?;
+    for (name, list) in [
+        ("telegram", &c.channels.telegram.allow_from),
+        ("discord", &c.channels.discord.allow_from),
+        ("slack", &c.channels.slack.allow_from),
+    ] {
+        if let Some(i) = list.iter().position(|s| s.trim().is_empty() || s.trim() == "@") {
+            return Err(invalid(
+                &format!("channels.{name}.allow_from[{i}]"),
+                "must be a user id, a username or \"*\"",
+            ));
+        }
+    }
+    let h = &c.heartbeat;
+    if h.interval.get() < std::time::Duration::from_secs(1) {
+        return Err(invalid("heartbeat.interval", "must be at least 1s"));
+    }
+    if h.target != "last" && h.target.parse::<switchboard_channel::ChatKey>().is_err() {
+        return Err(invalid(
+            "heartbeat.target",
+            format!("expected \"last\" or a chat key like \"telegram:123456\", got {:?}", h.target),
+        ));
+    }
+    if !h.active_hours.trim().is_empty() && parse_active_hours(&h.active_hours).is_none() {
+        return Err(invalid(
+            "heartbeat.active_hours",
+            format!("expected \"HH:MM-HH:MM\" like \"08:00-22:00\", got {:?}", h.active_hours),
+        ));
+    }
+    if l.api_key_env.trim().is_empty() {
+        warnings.push("llm.api_key_env is empty: requests go out without an API key".into());
+    }
+    Ok(())
+}
+
+/// Parse `"08:00-22:00"` into minutes since midnight (start, end). End may be before start
+/// (a window across midnight).
+pub fn parse_active_hours(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.trim().split_once('-')?;
+    let hm = |t: &str| -> Option<u32> {
+        let (h, m) = t.trim().split_once(':')?;
+        let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
+        (h <= 24 && m < 60 && h * 60 + m <= 24 * 60).then_some(h * 60 + m)
+    };
+    Some((hm(a)?, hm(b)?))
+}
+
+/// Refuse an unknown IANA timezone, suggesting the closest name.
+pub fn check_timezone(path: &str, tz: &str) -> Result<chrono_tz::Tz, ConfigError> {
+    tz.parse::<chrono_tz::Tz>().map_err(|_| {
+        let hint = closest(tz, chrono_tz::TZ_VARIANTS.iter().map(|t| t.name()))
+            .map(|s| format!(" (did you mean {s:?}?)"))
+            .unwrap_or_default();
+        invalid(path, format!("unknown timezone {tz:?}{hint}"))
+    })
+}
+
+fn check_url(path: &str, s: &str) -> Result<(), ConfigError> {
+    match url::Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(()),
+        _ => Err(invalid(path, format!("expected an http(s) URL, got {s:?}"))),
+    }
+}
+
+fn resolve_paths(c: &mut Config, base: &Path) {
+    let abs = |p: &mut PathBuf| {
+        if p.is_relative() {
+            *p = base.join(&*p);
+        }
+    };
+    abs(&mut c.gateway.data_dir);
+    abs(&mut c.gateway.workspace);
+    for d in &mut c.gateway.skills_dirs {
+        abs(d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        load_str(text, Path::new("/base")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_load_and_paths_resolve() {
+        let l = load_str("", Path::new("/etc/sb")).unwrap();
+        assert_eq!(l.config.gateway.data_dir, PathBuf::from("/etc/sb/data"));
+        assert!(l.warnings.is_empty());
+    }
+
+    #[test]
+    fn each_invalid_class_names_the_key_path() {
+        let cases = [
+            ("[agent]\nmax_iterations = \"x\"", "agent.max_iterations: expected an integer"),
+            ("[agent]\nmax_iterations = -1", "agent.max_iterations"),
+            ("[agent]\nmax_iterations = 0", "agent.max_iterations: must be at least 1"),
+            ("[agent]\ntool_timeout = \"soon\"", "agent.tool_timeout: expected a duration"),
+            ("[llm]\nprovider = \"gemini\"", "llm.provider: unknown variant"),
+            ("[gateway]\ntimezone = \"Europe/Berln\"", "gateway.timezone: unknown timezone \"Europe/Berln\" (did you mean \"Europe/Berlin\"?)"),
+            ("[gateway]\nhttp_listen = \"nope\"", "gateway.http_listen"),
+            ("[channels.telegram]\ndm_policy = \"everyone\"", "channels.telegram.dm_policy: unknown variant"),
+            ("[channels.slack]\nreply_in_thread = \"yes\"", "channels.slack.reply_in_thread: expected true or false"),
+            ("[heartbeat]\nactive_hours = \"8-22\"", "heartbeat.active_hours"),
+            ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
+            ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
+            ("[channels.discord]\nallow_from = [\"\"]", "channels.discord.allow_from[0]"),
+        ];
+        for (text, want) in cases {
+            let e = err(text);
+            assert!(e.starts_with(want) || e.contains(want), "{text:?} gave {e:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_warn_with_a_suggestion() {
+        let l = load_str("[agent]\nmax_iteration = 5\n[extra]\nx = 1", Path::new(".")).unwrap();
+        assert_eq!(l.config.agent.max_iterations, 20);
+        assert!(l.warnings.iter().any(|w| w.contains("`agent.max_iteration`") && w.contains("did you mean `max_iterations`")), "{:?}", l.warnings);
+        assert!(l.warnings.iter().any(|w| w.contains("`extra`")));
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        assert!(err("[agent\n").starts_with("config file is not valid TOML"));
+    }
+}

@@ -1,0 +1,151 @@
+//! The durable store: named trees of bytes behind a small trait, so a networked store can
+//! replace the embedded one. It knows bytes and keys, not what they mean.
+
+mod sled_store;
+
+use async_trait::async_trait;
+
+pub use sled_store::SledStore;
+
+/// The logical trees of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tree {
+    /// Accepted inbound messages not yet handled, by sequence number.
+    Inbox,
+    /// Replies recorded but not yet delivered, by sequence number.
+    Outbox,
+    /// Inbound message ids already accepted (dedup), with the time they were first seen.
+    Seen,
+    /// Conversation history per chat key.
+    Sessions,
+    /// Scheduled jobs.
+    Cron,
+    /// Pairing codes and approved senders.
+    Pairing,
+    /// Everything else: small gateway facts (last active chat, …).
+    Meta,
+}
+
+impl Tree {
+    pub const ALL: [Tree; 7] = [
+        Tree::Inbox,
+        Tree::Outbox,
+        Tree::Seen,
+        Tree::Sessions,
+        Tree::Cron,
+        Tree::Pairing,
+        Tree::Meta,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tree::Inbox => "inbox",
+            Tree::Outbox => "outbox",
+            Tree::Seen => "seen",
+            Tree::Sessions => "sessions",
+            Tree::Cron => "cron",
+            Tree::Pairing => "pairing",
+            Tree::Meta => "meta",
+        }
+    }
+}
+
+/// One write in a [`Batch`].
+#[derive(Debug, Clone)]
+pub enum Op {
+    Put(Tree, Vec<u8>, Vec<u8>),
+    Delete(Tree, Vec<u8>),
+}
+
+/// Writes applied atomically, all or none.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    pub ops: Vec<Op>,
+    /// Keys that must be absent for the batch to apply (insert-if-absent, for dedup).
+    pub absent: Vec<(Tree, Vec<u8>)>,
+}
+
+impl Batch {
+    pub fn put(&mut self, tree: Tree, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push(Op::Put(tree, key.into(), value.into()));
+    }
+
+    pub fn delete(&mut self, tree: Tree, key: impl Into<Vec<u8>>) {
+        self.ops.push(Op::Delete(tree, key.into()));
+    }
+
+    /// Apply only if `key` is absent from `tree`.
+    pub fn require_absent(&mut self, tree: Tree, key: impl Into<Vec<u8>>) {
+        self.absent.push((tree, key.into()));
+    }
+
+    pub fn extend(&mut self, other: Batch) {
+        self.ops.extend(other.ops);
+        self.absent.extend(other.absent);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.absent.is_empty()
+    }
+}
+
+/// What went wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store is in use by another process (is a gateway running?): {0}")]
+    Locked(String),
+    #[error("store error: {0}")]
+    Backend(String),
+}
+
+/// Applying a batch: whether it went in, or a required-absent key was present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Done,
+    Conflict,
+}
+
+/// Durable trees of bytes.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// All entries of a tree whose key starts with `prefix`, in key order.
+    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    /// Apply a batch atomically (not yet durable: see [`Store::flush`]).
+    fn apply(&self, batch: Batch) -> Result<Applied, StoreError>;
+    /// A number larger than any this store handed out before, across restarts.
+    fn next_id(&self) -> Result<u64, StoreError>;
+    /// Make every write applied so far durable. Concurrent callers share one fsync
+    /// (group commit).
+    async fn flush(&self) -> Result<(), StoreError>;
+    /// Number of entries in a tree.
+    fn len(&self, tree: Tree) -> usize;
+}
+
+/// Helpers over any store.
+impl dyn Store {
+    pub fn put(&self, tree: Tree, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        let mut b = Batch::default();
+        b.put(tree, key, value);
+        self.apply(b).map(|_| ())
+    }
+
+    pub fn delete(&self, tree: Tree, key: &[u8]) -> Result<(), StoreError> {
+        let mut b = Batch::default();
+        b.delete(tree, key);
+        self.apply(b).map(|_| ())
+    }
+
+    pub fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        tree: Tree,
+        key: &[u8],
+    ) -> Result<Option<T>, StoreError> {
+        match self.get(tree, key)? {
+            None => Ok(None),
+            Some(v) => serde_json::from_slice(&v)
+                .map(Some)
+                .map_err(|e| StoreError::Backend(format!("corrupt {} entry: {e}", tree.name()))),
+        }
+    }
+}
