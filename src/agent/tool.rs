@@ -1,0 +1,55 @@
+//! The tool interface: a tool declares its name, description and JSON schema; the registry
+//! validates arguments against the schema before calling it, and turns every failure into
+//! an error result for the model (never a crash).
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use switchboard_channel::ChatKey;
+use tokio_util::sync::CancellationToken;
+
+/// What a tool knows about the turn that called it.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The chat the turn belongs to (the default target of `cron` and `message`).
+    pub key: ChatKey,
+    /// The sender is the gateway's owner (may act on other chats).
+    pub sender_is_owner: bool,
+    /// The agent's workspace folder.
+    pub workspace: PathBuf,
+    /// Confine file tools to the workspace (`agent.restrict_to_workspace`).
+    pub restrict_to_workspace: bool,
+    /// Cancelled by `/stop` or shutdown.
+    pub cancel: CancellationToken,
+}
+
+/// A tool failed; the message goes back to the model as the tool result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments do not match the schema (`missing required count`).
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    /// The tool ran and failed in a way the model can act on.
+    #[error("{0}")]
+    Failed(String),
+    /// Not allowed (path outside the workspace, denied command, private address…).
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+/// One tool the model can call.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// Name as the model sees it (`read_file`).
+    fn name(&self) -> &'static str;
+    /// One or two sentences for the model.
+    fn description(&self) -> &'static str;
+    /// JSON schema of the arguments object (`{"type":"object","properties":…,"required":…}`).
+    fn schema(&self) -> serde_json::Value;
+    /// Whether a read-only sub-agent may use it.
+    fn read_only(&self) -> bool {
+        false
+    }
+    /// Run with arguments already validated against [`Tool::schema`].
+    async fn call(&self, args: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>;
+}

@@ -1,0 +1,352 @@
+//! The bus: durable intake, per-chat ordering, cross-chat parallelism, durable replies.
+//!
+//! `publish` dedups by message id and writes the inbox entry durably (group commit) before it
+//! returns, so an adapter acknowledges upstream only what cannot be lost. Each `ChatKey` with
+//! work gets a worker that runs one turn at a time (joining messages that waited) under a
+//! global cap on concurrent turns; the worker disappears when its queue is empty. A turn's
+//! replies go to the outbox in the same atomic write that completes its inbox entries, then
+//! are delivered with retries.
+
+mod outbox;
+mod worker;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use switchboard_channel::{ChatKey, InboundMessage, OutboundMessage, Published};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::Metrics;
+use crate::store::{Applied, Batch, Store, StoreError, Tree};
+
+pub use outbox::{ChannelRegistry, Outbox};
+
+/// How long seen message ids are kept for dedup (DESIGN §4 asks for at least 24 h).
+pub const SEEN_RETENTION: Duration = Duration::from_secs(48 * 3600);
+/// Most messages joined into one turn.
+const MAX_JOIN: usize = 20;
+/// Most messages held in memory waiting for their turn, across all chats. Past this,
+/// `publish` waits (backpressure: the adapter does not acknowledge upstream meanwhile).
+const MAX_QUEUED: usize = 16_384;
+
+/// One turn's input.
+pub struct TurnInput {
+    pub key: ChatKey,
+    /// One or more messages, oldest first (several when they waited for a running turn).
+    pub messages: Vec<InboundMessage>,
+    /// Cancelled by `/stop` or by shutdown.
+    pub cancel: CancellationToken,
+}
+
+/// What a turn produced: replies and store writes to commit with the inbox completion.
+#[derive(Default)]
+pub struct TurnOutput {
+    pub replies: Vec<OutboundMessage>,
+    pub writes: Batch,
+}
+
+/// The turn was interrupted by shutdown; its messages stay in the inbox for the next start.
+#[derive(Debug)]
+pub struct Interrupted;
+
+/// Runs turns. The agent implements it; the bus knows nothing else about the agent.
+#[async_trait]
+pub trait TurnHandler: Send + Sync + 'static {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted>;
+}
+
+/// Why a publish failed. The adapter must not acknowledge upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+    #[error("message cannot be stored: {0}")]
+    Encode(String),
+}
+
+struct Queued {
+    seq: u64,
+    msg: InboundMessage,
+    _permit: OwnedSemaphorePermit,
+}
+
+#[derive(Default)]
+struct Slot {
+    pending: VecDeque<Queued>,
+    /// Present while a turn of this key runs: cancels it (`/stop`).
+    running: Option<CancellationToken>,
+}
+
+/// The message bus. Cheap to share as `Arc<Bus>`.
+pub struct Bus {
+    store: Arc<dyn Store>,
+    handler: OnceLock<Arc<dyn TurnHandler>>,
+    slots: Mutex<HashMap<ChatKey, Slot>>,
+    turns: Arc<Semaphore>,
+    queued: Arc<Semaphore>,
+    outbox: Outbox,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn seen_key(id: &str) -> Vec<u8> {
+    id.as_bytes().to_vec()
+}
+
+impl Bus {
+    pub fn new(
+        store: Arc<dyn Store>,
+        channels: ChannelRegistry,
+        max_concurrent_turns: usize,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Arc<Self> {
+        let outbox = Outbox::new(store.clone(), channels, metrics.clone(), shutdown.clone());
+        Arc::new(Self {
+            store,
+            handler: OnceLock::new(),
+            slots: Mutex::new(HashMap::new()),
+            turns: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
+            queued: Arc::new(Semaphore::new(MAX_QUEUED)),
+            outbox,
+            metrics,
+            shutdown,
+            tracker,
+        })
+    }
+
+    /// Set the turn handler (once, before messages flow).
+    pub fn set_handler(&self, handler: Arc<dyn TurnHandler>) {
+        let _ = self.handler.set(handler);
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// Durably accept a message, or drop it as a duplicate. When this returns `Ok`, the
+    /// message survives a crash and will be handled exactly once.
+    pub async fn publish(self: &Arc<Self>, mut msg: InboundMessage) -> Result<Published, BusError> {
+        if self.shutdown.is_cancelled() {
+            return Err(BusError::ShuttingDown);
+        }
+        if msg.truncate_oversized() {
+            tracing::info!(id = %msg.id, "inbound text cut at {} characters", switchboard_channel::MAX_INBOUND_CHARS);
+        }
+        if self.store.get(Tree::Seen, &seen_key(&msg.id))?.is_some() {
+            self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
+            return Ok(Published::Duplicate);
+        }
+        if msg.text.trim() == "/stop" {
+            return self.stop(msg).await;
+        }
+        // Backpressure before the durable write: a full queue makes the adapter wait.
+        let permit = tokio::select! {
+            p = self.queued.clone().acquire_owned() => p.map_err(|_| BusError::ShuttingDown)?,
+            _ = self.shutdown.cancelled() => return Err(BusError::ShuttingDown),
+        };
+        let seq = self.store.next_id()?;
+        let body = serde_json::to_vec(&msg).map_err(|e| BusError::Encode(e.to_string()))?;
+        let mut batch = Batch::default();
+        batch.require_absent(Tree::Seen, seen_key(&msg.id));
+        batch.put(Tree::Seen, seen_key(&msg.id), now_secs().to_be_bytes().to_vec());
+        batch.put(Tree::Inbox, seq.to_be_bytes().to_vec(), body);
+        if self.store.apply(batch)? == Applied::Conflict {
+            self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
+            return Ok(Published::Duplicate);
+        }
+        self.store.flush().await?;
+        self.metrics.inbound(&msg.key.channel);
+        self.enqueue(Queued {
+            seq,
+            msg,
+            _permit: permit,
+        });
+        Ok(Published::Accepted)
+    }
+
+    /// `/stop`: cancel the key's running turn; it never queues behind that turn.
+    async fn stop(self: &Arc<Self>, msg: InboundMessage) -> Result<Published, BusError> {
+        let mut batch = Batch::default();
+        batch.require_absent(Tree::Seen, seen_key(&msg.id));
+        batch.put(Tree::Seen, seen_key(&msg.id), now_secs().to_be_bytes().to_vec());
+        if self.store.apply(batch)? == Applied::Conflict {
+            return Ok(Published::Duplicate);
+        }
+        let cancelled = {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            match slots.get(&msg.key).and_then(|s| s.running.as_ref()) {
+                Some(token) => {
+                    token.cancel();
+                    true
+                }
+                None => false,
+            }
+        };
+        let text = if cancelled {
+            "Stopped."
+        } else {
+            "Nothing is running."
+        };
+        let mut reply = OutboundMessage::new(msg.key.clone(), text);
+        reply.in_reply_to_inbound = Some(msg.id.clone());
+        reply.reply_to = msg.metadata.get("message_id").and_then(|v| v.as_str()).map(String::from);
+        self.outbox.record_and_deliver(vec![reply], Batch::default()).await?;
+        Ok(Published::Accepted)
+    }
+
+    /// Send replies that did not come from a turn (pairing codes, notices), durably.
+    pub async fn send_direct(&self, replies: Vec<OutboundMessage>) -> Result<(), BusError> {
+        self.outbox.record_and_deliver(replies, Batch::default()).await?;
+        Ok(())
+    }
+
+    fn enqueue(self: &Arc<Self>, q: Queued) {
+        let key = q.msg.key.clone();
+        let spawn = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let fresh = !slots.contains_key(&key);
+            slots.entry(key.clone()).or_default().pending.push_back(q);
+            fresh
+        };
+        self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
+        if spawn {
+            self.metrics.active_workers.fetch_add(1, Ordering::Relaxed);
+            let bus = self.clone();
+            self.tracker.spawn(async move { bus.run_worker(key).await });
+        }
+    }
+
+    /// Take the next batch for `key`, marking a turn as running; `None` removes the slot.
+    fn next_batch(&self, key: &ChatKey, cancel: &CancellationToken) -> Option<Vec<Queued>> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = slots.get_mut(key)?;
+        let first = match slot.pending.pop_front() {
+            Some(q) => q,
+            None => {
+                slots.remove(key);
+                return None;
+            }
+        };
+        let joinable = |m: &InboundMessage| {
+            m.origin == switchboard_channel::Origin::User
+                && m.metadata.get("join").and_then(|v| v.as_bool()) != Some(false)
+                && !m.text.trim_start().starts_with('/')
+        };
+        let mut batch = vec![first];
+        if joinable(&batch[0].msg) {
+            while batch.len() < MAX_JOIN {
+                match slot.pending.front() {
+                    Some(next) if joinable(&next.msg) => {
+                        batch.extend(slot.pending.pop_front());
+                    }
+                    _ => break,
+                }
+            }
+        }
+        slot.running = Some(cancel.clone());
+        self.metrics
+            .queue_depth
+            .fetch_sub(batch.len() as u64, Ordering::Relaxed);
+        Some(batch)
+    }
+
+    fn turn_finished(&self, key: &ChatKey) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get_mut(key) {
+            slot.running = None;
+        }
+    }
+
+    /// Number of chats with a live worker (for tests and `/status`).
+    pub fn active_chats(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Messages of `key` waiting behind its running turn.
+    pub fn queued_for(&self, key: &ChatKey) -> usize {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .map_or(0, |s| s.pending.len())
+    }
+
+    /// Whether a turn of `key` runs now.
+    pub fn is_running(&self, key: &ChatKey) -> bool {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .is_some_and(|s| s.running.is_some())
+    }
+
+    /// Start-up: deliver replies recorded before a crash, then requeue unfinished inbox
+    /// entries in their original order.
+    pub async fn replay(self: &Arc<Self>) -> Result<usize, BusError> {
+        self.outbox.replay_pending(&self.tracker);
+        let entries = self.store.scan(Tree::Inbox, &[])?;
+        let mut n = 0;
+        for (k, v) in entries {
+            let Ok(seq_bytes) = <[u8; 8]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            let msg: InboundMessage = match serde_json::from_slice(&v) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::error!("dropping unreadable inbox entry: {e}");
+                    self.store.delete(Tree::Inbox, &k)?;
+                    continue;
+                }
+            };
+            let permit = self
+                .queued
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| BusError::ShuttingDown)?;
+            self.enqueue(Queued {
+                seq: u64::from_be_bytes(seq_bytes),
+                msg,
+                _permit: permit,
+            });
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Forget seen ids older than [`SEEN_RETENTION`]; returns how many were removed.
+    pub fn prune_seen(&self) -> Result<usize, StoreError> {
+        let cutoff = now_secs().saturating_sub(SEEN_RETENTION.as_secs());
+        let mut batch = Batch::default();
+        for (k, v) in self.store.scan(Tree::Seen, &[])? {
+            let at = <[u8; 8]>::try_from(v.as_slice()).map(u64::from_be_bytes).unwrap_or(0);
+            if at < cutoff {
+                batch.delete(Tree::Seen, k);
+            }
+        }
+        let n = batch.ops.len();
+        self.store.apply(batch)?;
+        Ok(n)
+    }
+}

@@ -1,0 +1,80 @@
+//! One chat's worker: runs its turns one at a time, then goes away when the queue is empty.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use switchboard_channel::ChatKey;
+
+use super::{Bus, TurnInput};
+use crate::store::{Batch, Tree};
+
+/// How often the typing indicator is refreshed while a turn runs (Telegram's lasts 5 s).
+const TYPING_EVERY: Duration = Duration::from_secs(4);
+
+impl Bus {
+    pub(super) async fn run_worker(self: Arc<Self>, key: ChatKey) {
+        loop {
+            let cancel = self.shutdown.child_token();
+            let Some(batch) = self.next_batch(&key, &cancel) else {
+                break;
+            };
+            let permit = tokio::select! {
+                p = self.turns.clone().acquire_owned() => p,
+                // The batch stays in the durable inbox and is replayed on the next start.
+                _ = self.shutdown.cancelled() => break,
+            };
+            let Ok(permit) = permit else { break };
+            let Some(handler) = self.handler.get().cloned() else {
+                tracing::error!("no turn handler installed; leaving messages in the inbox");
+                break;
+            };
+            self.metrics.running_turns.fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
+            let seqs: Vec<u64> = batch.iter().map(|q| q.seq).collect();
+            let input = TurnInput {
+                key: key.clone(),
+                messages: batch.iter().map(|q| q.msg.clone()).collect(),
+                cancel: cancel.clone(),
+            };
+            let typing = async {
+                loop {
+                    self.outbox.typing(&key).await;
+                    tokio::time::sleep(TYPING_EVERY).await;
+                }
+            };
+            let result = tokio::select! {
+                r = handler.handle(input) => r,
+                _ = typing => unreachable!("the typing loop never ends"),
+            };
+            self.metrics.running_turns.fetch_sub(1, Ordering::Relaxed);
+            self.turn_finished(&key);
+            let output = match result {
+                Ok(output) => output,
+                Err(_) if self.shutdown.is_cancelled() => {
+                    tracing::info!(%key, "turn interrupted by shutdown; it will run again on start");
+                    break;
+                }
+                // Interrupted by `/stop`: the messages are done with.
+                Err(_) => Default::default(),
+            };
+            let mut writes = Batch::default();
+            for seq in &seqs {
+                writes.delete(Tree::Inbox, seq.to_be_bytes().to_vec());
+            }
+            writes.extend(output.writes);
+            let recorded = self.outbox.record(output.replies, writes).await;
+            self.metrics.turn_latency.observe(started.elapsed());
+            self.metrics.turns.fetch_add(1, Ordering::Relaxed);
+            drop(permit);
+            drop(batch);
+            match recorded {
+                Ok(entries) => self.outbox.deliver(entries).await,
+                Err(e) => {
+                    tracing::error!(%key, "could not record the turn's replies (kept in the inbox for the next start): {e}");
+                }
+            }
+        }
+        self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed);
+    }
+}

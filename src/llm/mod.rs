@@ -1,0 +1,131 @@
+//! LLM providers behind one trait with normalized request and response types.
+//!
+//! - [`openai`]: any OpenAI-compatible Chat Completions API.
+//!
+//! Retries, fallbacks and cool-downs wrap a provider rather than living inside it.
+
+pub mod openai;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// Who said a message in a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// JSON text of the arguments, as the model wrote it.
+    pub arguments: String,
+}
+
+/// One message of a conversation, provider-neutral.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    #[serde(default)]
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For `Role::Tool`: the call this result answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// One completion request.
+#[derive(Debug, Clone)]
+pub struct LlmRequest {
+    pub model: String,
+    pub system: String,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+    pub max_tokens: u32,
+}
+
+/// Token counts reported by the provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// The model's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LlmResponse {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    pub finish_reason: String,
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    /// 429 (with the server's `Retry-After` when it sent one).
+    #[error("rate limited by the model provider")]
+    RateLimited { retry_after: Option<Duration> },
+    /// 5xx / 529 or a connection failure: worth retrying.
+    #[error("model provider unavailable: {0}")]
+    Unavailable(String),
+    /// The prompt is larger than the model's context window.
+    #[error("the conversation is too long for the model's context window")]
+    ContextOverflow,
+    /// Refused for good (bad key, bad request).
+    #[error("model provider refused the request: {0}")]
+    Refused(String),
+    /// The answer could not be understood.
+    #[error("unreadable answer from the model provider: {0}")]
+    Protocol(String),
+}
+
+impl LlmError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, LlmError::RateLimited { .. } | LlmError::Unavailable(_))
+    }
+}
+
+/// Receives streamed text as it arrives.
+pub type DeltaSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A chat model.
+#[async_trait]
+pub trait LlmProvider: Send + Sync + 'static {
+    /// Complete `req`; when `on_delta` is given, stream and pass text deltas to it.
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        on_delta: Option<DeltaSink>,
+    ) -> Result<LlmResponse, LlmError>;
+}

@@ -1,0 +1,245 @@
+//! OpenAI-compatible Chat Completions (OpenAI, OpenRouter, Ollama, vLLM, DeepSeek, Groq…).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage};
+
+/// Client for `POST {base_url}/chat/completions`.
+pub struct OpenAi {
+    http: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+}
+
+impl OpenAi {
+    pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .pool_max_idle_per_host(256)
+            .build()
+            .map_err(|e| LlmError::Refused(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base_url: base_url.trim_end_matches('/').to_string(),
+            api_key,
+        })
+    }
+
+    fn body(req: &LlmRequest, stream: bool) -> Value {
+        let mut messages = Vec::with_capacity(req.messages.len() + 1);
+        if !req.system.is_empty() {
+            messages.push(json!({"role": "system", "content": req.system}));
+        }
+        for m in &req.messages {
+            let role = match m.role {
+                Role::System => "system",
+                Role::User => "user",
+                Role::Assistant => "assistant",
+                Role::Tool => "tool",
+            };
+            let mut v = json!({"role": role, "content": m.content});
+            if !m.tool_calls.is_empty() {
+                v["tool_calls"] = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                    .collect();
+                if m.content.is_empty() {
+                    v["content"] = Value::Null;
+                }
+            }
+            if let Some(id) = &m.tool_call_id {
+                v["tool_call_id"] = json!(id);
+            }
+            messages.push(v);
+        }
+        let mut body = json!({
+            "model": req.model,
+            "messages": messages,
+            "max_tokens": req.max_tokens,
+        });
+        if !req.tools.is_empty() {
+            body["tools"] = req
+                .tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                .collect();
+        }
+        if stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        body
+    }
+}
+
+/// Map an HTTP error status and body to an [`LlmError`].
+pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> LlmError {
+    let lower = body.to_lowercase();
+    if lower.contains("context_length_exceeded")
+        || lower.contains("maximum context length")
+        || lower.contains("prompt is too long")
+    {
+        return LlmError::ContextOverflow;
+    }
+    let snippet: String = body.chars().take(300).collect();
+    match status {
+        429 => LlmError::RateLimited { retry_after },
+        500..=599 => LlmError::Unavailable(format!("HTTP {status}: {snippet}")),
+        _ => LlmError::Refused(format!("HTTP {status}: {snippet}")),
+    }
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    v.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+}
+
+fn transport(e: reqwest::Error) -> LlmError {
+    // Never include the URL: it may carry credentials for some proxies.
+    LlmError::Unavailable(e.without_url().to_string())
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+#[async_trait]
+impl LlmProvider for OpenAi {
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        on_delta: Option<DeltaSink>,
+    ) -> Result<LlmResponse, LlmError> {
+        let stream = on_delta.is_some();
+        let mut rb = self
+            .http
+            .post(format!("{}/chat/completions", self.base_url))
+            .json(&Self::body(req, stream));
+        if let Some(key) = &self.api_key {
+            rb = rb.bearer_auth(key);
+        }
+        let resp = rb.send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        if !resp.status().is_success() {
+            let ra = retry_after(resp.headers());
+            let body = resp.text().await.unwrap_or_default();
+            return Err(classify(status, ra, &body));
+        }
+        if !stream {
+            let v: Value = resp.json().await.map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
+            return parse_full(&v);
+        }
+        let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
+        let mut out = LlmResponse::default();
+        let mut calls: Vec<PartialCall> = Vec::new();
+        let mut buf = String::new();
+        let mut body = resp.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(transport)?;
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(pos) = buf.find('\n') {
+                let line: String = buf.drain(..=pos).collect();
+                let line = line.trim();
+                let Some(data) = line.strip_prefix("data:") else { continue };
+                let data = data.trim();
+                if data == "[DONE]" {
+                    break;
+                }
+                let v: Value = serde_json::from_str(data)
+                    .map_err(|e| LlmError::Protocol(format!("bad stream chunk: {e}")))?;
+                if let Some(err) = v.get("error") {
+                    return Err(classify(500, None, &err.to_string()));
+                }
+                if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                    out.usage = usage(u);
+                }
+                let Some(choice) = v["choices"].get(0) else { continue };
+                if let Some(r) = choice["finish_reason"].as_str() {
+                    out.finish_reason = r.to_string();
+                }
+                let delta = &choice["delta"];
+                if let Some(t) = delta["content"].as_str() {
+                    if !t.is_empty() {
+                        on_delta(t);
+                        out.text.push_str(t);
+                    }
+                }
+                if let Some(tcs) = delta["tool_calls"].as_array() {
+                    for tc in tcs {
+                        let i = tc["index"].as_u64().unwrap_or(calls.len() as u64) as usize;
+                        if calls.len() <= i {
+                            calls.resize_with(i + 1, PartialCall::default);
+                        }
+                        let c = &mut calls[i];
+                        if let Some(id) = tc["id"].as_str() {
+                            c.id = id.to_string();
+                        }
+                        if let Some(n) = tc["function"]["name"].as_str() {
+                            c.name.push_str(n);
+                        }
+                        if let Some(a) = tc["function"]["arguments"].as_str() {
+                            c.arguments.push_str(a);
+                        }
+                    }
+                }
+            }
+        }
+        out.tool_calls = calls
+            .into_iter()
+            .filter(|c| !c.name.is_empty())
+            .enumerate()
+            .map(|(i, c)| ToolCall {
+                id: if c.id.is_empty() { format!("call_{i}") } else { c.id },
+                name: c.name,
+                arguments: c.arguments,
+            })
+            .collect();
+        Ok(out)
+    }
+}
+
+fn usage(u: &Value) -> Usage {
+    Usage {
+        prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+        completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+    }
+}
+
+fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
+    let choice = v["choices"]
+        .get(0)
+        .ok_or_else(|| LlmError::Protocol("no choices in the answer".into()))?;
+    let msg = &choice["message"];
+    let tool_calls = msg["tool_calls"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .enumerate()
+                .map(|(i, c)| ToolCall {
+                    id: c["id"].as_str().map(String::from).unwrap_or_else(|| format!("call_{i}")),
+                    name: c["function"]["name"].as_str().unwrap_or_default().to_string(),
+                    arguments: match &c["function"]["arguments"] {
+                        Value::String(s) => s.clone(),
+                        Value::Null => "{}".into(),
+                        other => other.to_string(),
+                    },
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(LlmResponse {
+        text: msg["content"].as_str().unwrap_or_default().to_string(),
+        tool_calls,
+        usage: usage(&v["usage"]),
+        finish_reason: choice["finish_reason"].as_str().unwrap_or_default().to_string(),
+    })
+}
