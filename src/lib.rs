@@ -5,4 +5,5 @@ pub mod bus;
 pub mod config;
 pub mod llm;
 pub mod metrics;
+pub mod scheduler;
 pub mod store;
