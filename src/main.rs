@@ -1,1 +1,30 @@
-fn main() {}
+//! The `switchboard` binary: parse arguments, set up logging, hand over to the library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use switchboard::cli::{self, Cli, Command, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The gateway logs at info; one-shot commands only warn, so their output stays clean.
+    let default = match cli.command {
+        None | Some(Command::Run) => "info",
+        _ => "warn",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => builder.init(),
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(cli::main(cli))
+}

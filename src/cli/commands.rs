@@ -1,0 +1,295 @@
+//! The CLI commands' bodies.
+
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use switchboard_channel::ChatKey;
+use tokio_util::sync::CancellationToken;
+
+use super::admin_client::Target;
+use super::{PairingAction, SessionsAction};
+use crate::agent::session::Session;
+use crate::config::{Loaded, secret};
+use crate::gateway::{self, StartOptions};
+use crate::pairing;
+use crate::store::Batch;
+
+/// Cancel `token` on SIGINT or SIGTERM.
+pub fn cancel_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("cannot listen for SIGTERM: {e}");
+                    let _ = ctrl_c.await;
+                    token.cancel();
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        token.cancel();
+    });
+}
+
+pub async fn run(loaded: &Loaded) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    cancel_on_signals(shutdown.clone());
+    if let Some(p) = &loaded.path {
+        tracing::info!("config: {}", p.display());
+    } else {
+        tracing::info!("config: built-in defaults (no config.toml found)");
+    }
+    gateway::run(loaded, shutdown).await?;
+    Ok(())
+}
+
+pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()> {
+    let target = Target::find(&loaded.config).await?;
+    if let Target::Remote { .. } = target {
+        return chat_loop(message, |text| {
+            let target = &target;
+            async move {
+                let v = target.post("/admin/chat", json!({"text": text})).await?;
+                Ok(v["reply"].as_str().unwrap_or_default().to_string())
+            }
+        })
+        .await;
+    }
+    // No gateway runs: close the store handle and start one in this process, without
+    // channels or HTTP.
+    drop(target);
+    let shutdown = CancellationToken::new();
+    let opts = StartOptions {
+        channels: false,
+        http: false,
+        ..Default::default()
+    };
+    let running = gateway::start(loaded, opts, shutdown.clone()).await?;
+    let shared = running.shared.clone();
+    let result = chat_loop(message, |text| {
+        let shared = shared.clone();
+        async move {
+            shared
+                .ask_cli(&text, Duration::from_secs(600))
+                .await
+                .map_err(anyhow::Error::msg)
+        }
+    })
+    .await;
+    shutdown.cancel();
+    running.stopped().await;
+    result
+}
+
+async fn chat_loop<F, Fut>(message: Option<String>, mut ask: F) -> anyhow::Result<()>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<String>>,
+{
+    if let Some(m) = message {
+        println!("{}", ask(m).await?);
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    loop {
+        print!("> ");
+        std::io::stdout().flush().ok();
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if matches!(line, "/quit" | "/exit") {
+            return Ok(());
+        }
+        match ask(line.to_string()).await {
+            Ok(reply) => println!("{reply}\n"),
+            Err(e) => eprintln!("error: {e:#}"),
+        }
+    }
+}
+
+pub fn config_check(loaded: &Loaded) -> anyhow::Result<()> {
+    match &loaded.path {
+        Some(p) => println!("config OK: {}", p.display()),
+        None => println!("config OK: built-in defaults (no config file found)"),
+    }
+    for w in &loaded.warnings {
+        println!("warning: {w}");
+    }
+    Ok(())
+}
+
+pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
+    let c = &loaded.config;
+    let mut problems = 0;
+    let mut report = |ok: bool, what: &str, detail: String| {
+        println!("{} {what}: {detail}", if ok { "ok  " } else { "FAIL" });
+        if !ok {
+            problems += 1;
+        }
+    };
+    report(true, "config", loaded.path.as_ref().map_or("built-in defaults".into(), |p| p.display().to_string()));
+    for w in &loaded.warnings {
+        report(false, "config warning", w.clone());
+    }
+    let data_ok = std::fs::create_dir_all(&c.gateway.data_dir).is_ok()
+        && tempfile_in(&c.gateway.data_dir);
+    report(data_ok, "data dir", c.gateway.data_dir.display().to_string());
+    match Target::find(c).await {
+        Ok(Target::Remote { .. }) => report(true, "store", "a gateway is running and answering".into()),
+        Ok(Target::Local(_)) => report(true, "store", "opens".into()),
+        Err(e) => report(false, "store", format!("{e:#}")),
+    }
+    let ws_ok = std::fs::create_dir_all(&c.gateway.workspace).is_ok();
+    report(ws_ok, "workspace", c.gateway.workspace.display().to_string());
+    let key = secret(&c.llm.api_key_env);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let mut rb = http.get(format!("{}/models", c.llm.base_url.trim_end_matches('/')));
+    if let Some(k) = &key {
+        rb = rb.bearer_auth(k).header("x-api-key", k);
+    }
+    match rb.send().await {
+        Ok(r) if r.status().is_success() => report(true, "llm", format!("{} answers", c.llm.base_url)),
+        Ok(r) => report(false, "llm", format!("{} answered HTTP {}", c.llm.base_url, r.status().as_u16())),
+        Err(e) => report(false, "llm", format!("{} unreachable: {}", c.llm.base_url, e.without_url())),
+    }
+    if key.is_none() {
+        report(false, "llm key", format!("${} is not set", c.llm.api_key_env));
+    }
+    let ch = &c.channels;
+    for (name, enabled, vars) in [
+        ("telegram", ch.telegram.enabled, vec![ch.telegram.token_env.as_str()]),
+        ("discord", ch.discord.enabled, vec![ch.discord.token_env.as_str()]),
+        ("slack", ch.slack.enabled, vec![ch.slack.bot_token_env.as_str()]),
+    ] {
+        if !enabled {
+            println!("off  {name}: disabled in the config");
+            continue;
+        }
+        let missing: Vec<&str> = vars.iter().copied().filter(|v| secret(v).is_none()).collect();
+        if missing.is_empty() {
+            report(true, name, "credentials set".into());
+        } else {
+            println!("off  {name}: ${} not set, so the channel stays off", missing.join(", $"));
+        }
+    }
+    if problems > 0 {
+        bail!("{problems} problem(s) found");
+    }
+    Ok(())
+}
+
+fn tempfile_in(dir: &std::path::Path) -> bool {
+    let p = dir.join(".doctor-write-test");
+    let ok = std::fs::write(&p, b"ok").is_ok();
+    let _ = std::fs::remove_file(&p);
+    ok
+}
+
+pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<()> {
+    let target = Target::find(&loaded.config).await?;
+    match action {
+        PairingAction::List => {
+            let (pending, approved): (Value, Value) = match &target {
+                Target::Remote { .. } => {
+                    let v = target.get("/admin/pairing").await?;
+                    (v["pending"].clone(), v["approved"].clone())
+                }
+                Target::Local(store) => {
+                    let (p, a) = pairing::list(store.as_ref())?;
+                    (json!(p), json!(a))
+                }
+            };
+            println!("pending:");
+            for p in pending.as_array().into_iter().flatten() {
+                println!("  {} {} from {} ({}) until {}", p["channel"].as_str().unwrap_or(""), p["code"].as_str().unwrap_or(""), p["display_name"].as_str().unwrap_or(""), p["sender_id"].as_str().unwrap_or(""), p["expires_at"].as_str().unwrap_or(""));
+            }
+            println!("approved:");
+            for a in approved.as_array().into_iter().flatten() {
+                println!("  {} {} ({})", a["channel"].as_str().unwrap_or(""), a["display_name"].as_str().unwrap_or(""), a["sender_id"].as_str().unwrap_or(""));
+            }
+        }
+        PairingAction::Approve { channel, code } => {
+            let who = match &target {
+                Target::Remote { .. } => target.post("/admin/pairing/approve", json!({"channel": channel, "code": code})).await?,
+                Target::Local(store) => json!(pairing::approve(store.as_ref(), &channel, &code).await?),
+            };
+            println!("approved {} ({}) on {channel}", who["display_name"].as_str().unwrap_or(""), who["sender_id"].as_str().unwrap_or(""));
+        }
+        PairingAction::Revoke { channel, user } => {
+            match &target {
+                Target::Remote { .. } => {
+                    target.post("/admin/pairing/revoke", json!({"channel": channel, "user": user})).await?;
+                }
+                Target::Local(store) => {
+                    pairing::revoke(store.as_ref(), &channel, &user).await?;
+                }
+            }
+            println!("revoked {user} on {channel}");
+        }
+    }
+    Ok(())
+}
+
+pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result<()> {
+    let target = Target::find(&loaded.config).await?;
+    match action {
+        SessionsAction::List => {
+            let keys: Vec<(String, usize)> = match &target {
+                Target::Remote { .. } => serde_json::from_value(target.get("/admin/sessions").await?)?,
+                Target::Local(store) => Session::keys(store.as_ref())?,
+            };
+            for (k, n) in keys {
+                println!("{k}\t{n} messages");
+            }
+        }
+        SessionsAction::Show { key } => {
+            let key: ChatKey = key.parse().context("sessions show")?;
+            let session: Value = match &target {
+                Target::Remote { .. } => target.get(&format!("/admin/session?key={}", urlencode(&key.to_string()))).await?,
+                Target::Local(store) => json!(Session::load(store.as_ref(), &key)?),
+            };
+            if let Some(s) = session["summary"].as_str() {
+                println!("[summary] {s}\n");
+            }
+            for m in session["messages"].as_array().into_iter().flatten() {
+                println!("{}: {}", m["role"].as_str().unwrap_or("?"), m["content"].as_str().unwrap_or(""));
+            }
+        }
+        SessionsAction::Reset { key } => {
+            let key: ChatKey = key.parse().context("sessions reset")?;
+            match &target {
+                Target::Remote { .. } => {
+                    target.delete(&format!("/admin/session?key={}", urlencode(&key.to_string()))).await?;
+                }
+                Target::Local(store) => {
+                    let mut b = Batch::default();
+                    Session::reset(&key, &mut b);
+                    store.apply(b)?;
+                    store.flush().await?;
+                }
+            }
+            println!("reset {key}");
+        }
+    }
+    Ok(())
+}
+
+fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}

@@ -1,0 +1,131 @@
+//! The command line (DESIGN §9). State-changing commands go through the running gateway's
+//! admin API when there is one, and open the store directly when there is none.
+
+mod admin_client;
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::{self, ConfigError, Loaded};
+
+/// Command-line arguments.
+#[derive(Debug, Parser)]
+#[command(name = "switchboard", version, about = "One AI assistant across Telegram, Discord, Slack and HTTP.")]
+pub struct Cli {
+    /// Config file (default: $SWITCHBOARD_CONFIG, else ./config.toml, else built-in defaults).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start the gateway (the default).
+    Run,
+    /// Talk to the agent from the terminal (key cli:local); without MESSAGE, a prompt.
+    Chat { message: Option<String> },
+    /// Configuration commands.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Check config, data dir, workspace, LLM reachability and channel credentials.
+    Doctor,
+    /// Approve or revoke senders who asked for access.
+    Pairing {
+        #[command(subcommand)]
+        action: PairingAction,
+    },
+    /// Conversation sessions.
+    Sessions {
+        #[command(subcommand)]
+        action: SessionsAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Validate the config; exit 0, or non-zero with the error.
+    Check,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PairingAction {
+    /// Pending codes and approved senders.
+    List,
+    /// Approve a pending code: `pairing approve telegram ABCD2345`.
+    Approve { channel: String, code: String },
+    /// Revoke an approved sender by id or username.
+    Revoke { channel: String, user: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsAction {
+    /// Every stored session with its size.
+    List,
+    /// One session's messages.
+    Show { key: String },
+    /// Forget a session's history.
+    Reset { key: String },
+}
+
+/// Which config file to read: `--config`, `$SWITCHBOARD_CONFIG`, or `./config.toml`.
+pub fn config_path(cli: &Cli) -> Option<PathBuf> {
+    cli.config
+        .clone()
+        .or_else(|| std::env::var_os("SWITCHBOARD_CONFIG").map(PathBuf::from))
+        .or_else(|| {
+            let p = PathBuf::from("config.toml");
+            p.exists().then_some(p)
+        })
+}
+
+/// Load the config the CLI points at (built-in defaults when there is no file).
+pub fn load_config(cli: &Cli) -> Result<Loaded, ConfigError> {
+    match config_path(cli) {
+        Some(p) => config::load(&p),
+        None => config::load_str("", &std::env::current_dir().unwrap_or_default()),
+    }
+}
+
+/// Run the parsed command line; returns the process exit code.
+pub async fn main(cli: Cli) -> ExitCode {
+    let loaded = match load_config(&cli) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    let result = match cli.command.unwrap_or(Command::Run) {
+        Command::Run => commands::run(&loaded).await,
+        Command::Chat { message } => commands::chat(&loaded, message).await,
+        Command::Config { action: ConfigAction::Check } => commands::config_check(&loaded),
+        Command::Doctor => commands::doctor(&loaded).await,
+        Command::Pairing { action } => commands::pairing(&loaded, action).await,
+        Command::Sessions { action } => commands::sessions(&loaded, action).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! Wiring: opens the store, builds the bus, the agent and the channels, serves HTTP, and
+//! shuts everything down in order.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use switchboard_channel::{
+    Channel, ChatKey, InboundMessage, InboundSender, InboundSink, Origin, OutboundMessage,
+    PublishError, Published,
+};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::access::{self, Decision};
+use crate::agent::Agent;
+use crate::bus::{Bus, ChannelRegistry};
+use crate::config::{Access, Config, Loaded};
+use crate::http::api::ApiChannel;
+use crate::llm::LlmProvider;
+use crate::metrics::Metrics;
+use crate::pairing;
+use crate::store::{SledStore, Store, StoreError};
+
+/// How long shutdown waits for running work before giving up on it (it stays in the inbox).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Connection state of each enabled channel, for `/readyz`.
+#[derive(Default)]
+pub struct Health {
+    channels: Mutex<BTreeMap<String, (bool, String)>>,
+}
+
+impl Health {
+    pub fn set(&self, channel: &str, connected: bool, detail: &str) {
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(channel.to_string(), (connected, detail.to_string()));
+    }
+
+    /// Channels that are not connected, with why.
+    pub fn not_ready(&self) -> BTreeMap<String, String> {
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, (up, _))| !up)
+            .map(|(k, (_, d))| (k.clone(), d.clone()))
+            .collect()
+    }
+}
+
+/// Everything the running gateway shares with its HTTP handlers and the CLI.
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn Store>,
+    pub bus: Arc<Bus>,
+    pub health: Arc<Health>,
+    pub metrics: Arc<Metrics>,
+    pub api: Arc<ApiChannel>,
+    /// The terminal's channel (`cli:local`), used by `switchboard chat`.
+    pub cli: Arc<ApiChannel>,
+    pub sink: Arc<GatewaySink>,
+    #[cfg(feature = "slack")]
+    pub slack: std::sync::OnceLock<Arc<switchboard_slack::SlackChannel>>,
+}
+
+impl Shared {
+    /// Ask the agent from the terminal (`cli:local`) and wait for the reply text.
+    pub async fn ask_cli(&self, text: &str, timeout: Duration) -> Result<String, String> {
+        let id = format!("cli:msg:{:016x}", rand::random::<u64>());
+        let sender = switchboard_channel::Sender {
+            id: "local".into(),
+            username: None,
+            display_name: "owner (terminal)".into(),
+            is_owner: true,
+        };
+        let mut msg = InboundMessage::text(id, ChatKey::new("cli", "local"), sender, text);
+        msg.metadata.insert("join".into(), serde_json::Value::Bool(false));
+        self.cli.ask(&self.bus, msg, timeout).await.map(|r| r.text)
+    }
+}
+
+/// The gateway side of intake: access policy and pairing, then the bus.
+pub struct GatewaySink {
+    config: Arc<Config>,
+    bus: Arc<Bus>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+}
+
+impl GatewaySink {
+    fn access_for(&self, channel: &str) -> Option<Access> {
+        let c = &self.config.channels;
+        match channel {
+            "telegram" => Some(c.telegram.access()),
+            "discord" => Some(c.discord.access()),
+            "slack" => Some(c.slack.access()),
+            _ => None,
+        }
+    }
+
+    async fn publish_inner(&self, mut msg: InboundMessage) -> Result<Published, PublishError> {
+        let err = |e: &dyn std::fmt::Display| PublishError(e.to_string());
+        if msg.origin == Origin::User {
+            if let Some(access) = self.access_for(&msg.key.channel) {
+                let store = self.bus.store().as_ref();
+                let approved = pairing::is_approved(store, &msg.key.channel, &msg.sender.id)
+                    .map_err(|e| err(&e))?;
+                msg.sender.is_owner = access::listed(&access, &msg)
+                    && !access.allow_from.iter().any(|a| a.trim() == "*");
+                match access::decide(&access, &msg, approved) {
+                    Decision::Allow => {}
+                    Decision::Ignore => {
+                        self.metrics.ignored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return Ok(Published::Ignored);
+                    }
+                    Decision::Pair => {
+                        self.metrics.ignored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let code = pairing::code_for(store, &msg.key.channel, &msg.sender)
+                            .await
+                            .map_err(|e| err(&e))?;
+                        tracing::info!(channel = %msg.key.channel, sender = %msg.sender.id, "unknown sender: pairing code issued");
+                        let text = format!(
+                            "Hi! I don't know you yet. Your pairing code is {code}.\n\
+                             Ask the owner to run: switchboard pairing approve {} {code}\n\
+                             (the code is valid for one hour)",
+                            msg.key.channel
+                        );
+                        let mut reply = OutboundMessage::new(msg.key.clone(), text);
+                        reply.in_reply_to_inbound = Some(msg.id.clone());
+                        self.bus.send_direct(vec![reply]).await.map_err(|e| err(&e))?;
+                        return Ok(Published::Ignored);
+                    }
+                }
+            }
+        }
+        self.bus.publish(msg).await.map_err(|e| err(&e))
+    }
+}
+
+#[async_trait]
+impl InboundSink for GatewaySink {
+    async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError> {
+        self.publish_inner(msg).await
+    }
+
+    fn set_connected(&self, channel: &str, connected: bool, detail: &str) {
+        if connected {
+            tracing::info!(channel, "connected");
+        } else {
+            tracing::warn!(channel, "disconnected: {detail}");
+        }
+        self.health.set(channel, connected, detail);
+    }
+}
+
+/// What to start besides the bus and the agent.
+#[derive(Clone)]
+pub struct StartOptions {
+    /// Start the platform channels that are enabled and have credentials.
+    pub channels: bool,
+    /// Serve `gateway.http_listen` and the admin API.
+    pub http: bool,
+    /// Channels to register as well (the CLI's `cli` channel).
+    pub extra_channels: Vec<Arc<dyn Channel>>,
+    /// Use this LLM instead of the configured one (tests).
+    pub llm: Option<Arc<dyn LlmProvider>>,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        Self {
+            channels: true,
+            http: true,
+            extra_channels: Vec::new(),
+            llm: None,
+        }
+    }
+}
+
+/// A started gateway.
+pub struct Running {
+    pub shared: Arc<Shared>,
+    /// Where the public HTTP server listens, when it does.
+    pub http_addr: Option<std::net::SocketAddr>,
+    /// Where the admin API listens, when it does.
+    pub admin_addr: Option<std::net::SocketAddr>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    data_dir: PathBuf,
+}
+
+/// Start the gateway; it runs until `shutdown` is cancelled and [`Running::stopped`] is awaited.
+pub async fn start(
+    loaded: &Loaded,
+    opts: StartOptions,
+    shutdown: CancellationToken,
+) -> Result<Running, GatewayError> {
+    let started = Instant::now();
+    let config = Arc::new(loaded.config.clone());
+    let data_dir = config.gateway.data_dir.clone();
+    std::fs::create_dir_all(&config.gateway.workspace)
+        .map_err(|e| GatewayError::Setup(format!("cannot create the workspace {}: {e}", config.gateway.workspace.display())))?;
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(&data_dir)?);
+    let tracker = TaskTracker::new();
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::default());
+    let channels: ChannelRegistry = Default::default();
+    let bus = Bus::new(
+        store.clone(),
+        channels.clone(),
+        config.gateway.max_concurrent_turns,
+        metrics.clone(),
+        shutdown.clone(),
+        tracker.clone(),
+    );
+    let api = Arc::new(ApiChannel::default());
+    let cli = Arc::new(ApiChannel::named("cli"));
+    let sink = Arc::new(GatewaySink {
+        config: config.clone(),
+        bus: bus.clone(),
+        health: health.clone(),
+        metrics: metrics.clone(),
+    });
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        store: store.clone(),
+        bus: bus.clone(),
+        health: health.clone(),
+        metrics: metrics.clone(),
+        api: api.clone(),
+        cli: cli.clone(),
+        sink: sink.clone(),
+        #[cfg(feature = "slack")]
+        slack: std::sync::OnceLock::new(),
+    });
+
+    let llm = match opts.llm.clone() {
+        Some(l) => l,
+        None => build_llm(&config.llm).map_err(|e| GatewayError::Setup(format!("llm: {e}")))?,
+    };
+    let status_bus = bus.clone();
+    let agent = Agent::new(config.clone(), store.clone(), llm, metrics.clone())
+        .with_streams(api.clone())
+        .with_status(Arc::new(move |key: &ChatKey| {
+            format!(
+                "Queue: {} waiting\nActive chats: {}",
+                status_bus.queued_for(key),
+                status_bus.active_chats()
+            )
+        }));
+    bus.set_handler(Arc::new(agent));
+
+    {
+        let mut reg = channels.write().unwrap_or_else(|p| p.into_inner());
+        reg.insert("api".into(), api.clone());
+        reg.insert("cli".into(), cli.clone());
+        for ch in &opts.extra_channels {
+            reg.insert(ch.name().to_string(), ch.clone());
+        }
+    }
+    if opts.channels {
+        crate::channels::start_all(&shared, &channels, &shutdown, &tracker);
+    }
+    let (http_addr, admin_addr) = if opts.http {
+        let http_addr = match config.gateway.http_addr() {
+            Some(addr) => Some(crate::http::serve(shared.clone(), addr, shutdown.clone(), &tracker).await?),
+            None => None,
+        };
+        let admin = crate::http::admin::serve(shared.clone(), &data_dir, shutdown.clone(), &tracker).await?;
+        (http_addr, Some(admin))
+    } else {
+        (None, None)
+    };
+
+    let replayed = bus.replay().await.map_err(|e| GatewayError::Setup(e.to_string()))?;
+    if replayed > 0 {
+        tracing::info!("resuming {replayed} message(s) left unfinished by the last run");
+    }
+    let prune_bus = bus.clone();
+    let prune_stop = shutdown.clone();
+    tracker.spawn(async move {
+        loop {
+            if let Err(e) = prune_bus.prune_seen() {
+                tracing::warn!("pruning seen ids failed: {e}");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+                _ = prune_stop.cancelled() => break,
+            }
+        }
+    });
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        http = ?http_addr,
+        "switchboard ready"
+    );
+    Ok(Running {
+        shared,
+        http_addr,
+        admin_addr,
+        shutdown,
+        tracker,
+        data_dir,
+    })
+}
+
+impl Running {
+    /// Wait for shutdown, drain running work (bounded), flush the store.
+    pub async fn stopped(self) {
+        self.shutdown.cancelled().await;
+        tracing::info!("shutting down");
+        self.tracker.close();
+        if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait()).await.is_err() {
+            tracing::warn!("some tasks did not stop in time; their messages stay in the inbox");
+        }
+        if let Err(e) = self.shared.store.flush().await {
+            tracing::error!("final flush failed: {e}");
+        }
+        crate::http::admin::remove_files(&self.data_dir);
+        tracing::info!("stopped");
+    }
+
+    /// An inbound sender publishing through the gateway's access policy (tests, CLI).
+    pub fn inbound(&self) -> InboundSender {
+        InboundSender::new(self.shared.sink.clone())
+    }
+}
+
+/// Start and run until `shutdown`.
+pub async fn run(loaded: &Loaded, shutdown: CancellationToken) -> Result<(), GatewayError> {
+    let running = start(loaded, StartOptions::default(), shutdown).await?;
+    running.stopped().await;
+    Ok(())
+}
+
+fn build_llm(c: &crate::config::LlmConfig) -> Result<Arc<dyn LlmProvider>, crate::llm::LlmError> {
+    let key = crate::config::secret(&c.api_key_env);
+    Ok(Arc::new(crate::llm::openai::OpenAi::new(&c.base_url, key, c.request_timeout.get())?))
+}

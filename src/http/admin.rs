@@ -1,0 +1,221 @@
+//! The admin API: loopback only, bearer token from `<data_dir>/admin.token` (mode 0600).
+//! State-changing CLI commands go through it while a gateway runs, so the CLI and the
+//! gateway never fight over the store.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::agent::session::Session;
+use crate::gateway::{GatewayError, Shared};
+use crate::pairing;
+use crate::store::Batch;
+
+const TOKEN_FILE: &str = "admin.token";
+const ADDR_FILE: &str = "admin.addr";
+
+/// Compare secrets without leaking where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The admin token, created (mode 0600) when missing.
+pub fn token(data_dir: &Path) -> std::io::Result<String> {
+    let path = data_dir.join(TOKEN_FILE);
+    if let Ok(t) = std::fs::read_to_string(&path) {
+        if !t.trim().is_empty() {
+            return Ok(t.trim().to_string());
+        }
+    }
+    let t: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+    std::fs::create_dir_all(data_dir)?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    std::io::Write::write_all(&mut opts.open(&path)?, t.as_bytes())?;
+    Ok(t)
+}
+
+/// Where a running gateway's admin API listens, if one wrote its address.
+pub fn running_at(data_dir: &Path) -> Option<(SocketAddr, String)> {
+    let addr = std::fs::read_to_string(data_dir.join(ADDR_FILE)).ok()?;
+    let token = std::fs::read_to_string(data_dir.join(TOKEN_FILE)).ok()?;
+    Some((addr.trim().parse().ok()?, token.trim().to_string()))
+}
+
+pub(crate) fn remove_files(data_dir: &Path) {
+    let _ = std::fs::remove_file(data_dir.join(ADDR_FILE));
+}
+
+#[derive(Clone)]
+struct AdminState {
+    shared: Arc<Shared>,
+    token: Arc<String>,
+}
+
+/// Serve the admin API on 127.0.0.1 (an ephemeral port), writing its address for the CLI.
+pub async fn serve(
+    shared: Arc<Shared>,
+    data_dir: &Path,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<SocketAddr, GatewayError> {
+    let setup = |e: std::io::Error| GatewayError::Setup(format!("admin API: {e}"));
+    let token = token(data_dir).map_err(setup)?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .map_err(setup)?;
+    let addr = listener.local_addr().map_err(setup)?;
+    std::fs::write(data_dir.join(ADDR_FILE), addr.to_string()).map_err(setup)?;
+    let state = AdminState {
+        shared,
+        token: Arc::new(token),
+    };
+    let app = Router::new()
+        .route("/admin/sessions", get(sessions_list))
+        .route("/admin/session", get(session_show).delete(session_reset))
+        .route("/admin/pairing", get(pairing_list))
+        .route("/admin/pairing/approve", post(pairing_approve))
+        .route("/admin/pairing/revoke", post(pairing_revoke))
+        .route("/admin/chat", post(chat))
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state);
+    tracker.spawn(async move {
+        let served = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+        if let Err(e) = served {
+            tracing::error!("admin API stopped: {e}");
+        }
+    });
+    Ok(addr)
+}
+
+async fn guard(
+    State(state): State<AdminState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !peer.ip().is_loopback() {
+        return (StatusCode::FORBIDDEN, "admin API is loopback only").into_response();
+    }
+    let given = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), state.token.as_bytes()) {
+        return (StatusCode::UNAUTHORIZED, "wrong admin token").into_response();
+    }
+    next.run(req).await
+}
+
+fn fail(status: StatusCode, e: impl std::fmt::Display) -> Response {
+    (status, axum::Json(json!({"error": e.to_string()}))).into_response()
+}
+
+async fn sessions_list(State(s): State<AdminState>) -> Response {
+    match Session::keys(s.shared.store.as_ref()) {
+        Ok(keys) => axum::Json(json!(keys)).into_response(),
+        Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct KeyQuery {
+    key: String,
+}
+
+async fn session_show(State(s): State<AdminState>, Query(q): Query<KeyQuery>) -> Response {
+    let Ok(key) = q.key.parse() else {
+        return fail(StatusCode::BAD_REQUEST, format!("not a chat key: {}", q.key));
+    };
+    match Session::load(s.shared.store.as_ref(), &key) {
+        Ok(session) => axum::Json(json!(session)).into_response(),
+        Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn session_reset(State(s): State<AdminState>, Query(q): Query<KeyQuery>) -> Response {
+    let Ok(key) = q.key.parse() else {
+        return fail(StatusCode::BAD_REQUEST, format!("not a chat key: {}", q.key));
+    };
+    let mut b = Batch::default();
+    Session::reset(&key, &mut b);
+    let store = &s.shared.store;
+    match store.apply(b) {
+        Ok(_) => match store.flush().await {
+            Ok(()) => axum::Json(json!({"reset": key.to_string()})).into_response(),
+            Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
+        },
+        Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn pairing_list(State(s): State<AdminState>) -> Response {
+    match pairing::list(s.shared.store.as_ref()) {
+        Ok((pending, approved)) => axum::Json(json!({"pending": pending, "approved": approved})).into_response(),
+        Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Approve {
+    channel: String,
+    code: String,
+}
+
+async fn pairing_approve(State(s): State<AdminState>, axum::Json(a): axum::Json<Approve>) -> Response {
+    match pairing::approve(s.shared.store.as_ref(), &a.channel, &a.code).await {
+        Ok(ok) => axum::Json(json!(ok)).into_response(),
+        Err(e @ pairing::PairingError::UnknownCode { .. }) => fail(StatusCode::NOT_FOUND, e),
+        Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Revoke {
+    channel: String,
+    user: String,
+}
+
+async fn pairing_revoke(State(s): State<AdminState>, axum::Json(r): axum::Json<Revoke>) -> Response {
+    match pairing::revoke(s.shared.store.as_ref(), &r.channel, &r.user).await {
+        Ok(ok) => axum::Json(json!(ok)).into_response(),
+        Err(e @ pairing::PairingError::UnknownUser { .. }) => fail(StatusCode::NOT_FOUND, e),
+        Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Chat {
+    text: String,
+}
+
+async fn chat(State(s): State<AdminState>, axum::Json(c): axum::Json<Chat>) -> Response {
+    match s.shared.ask_cli(&c.text, Duration::from_secs(600)).await {
+        Ok(reply) => axum::Json(json!({"reply": reply})).into_response(),
+        Err(e) => fail(StatusCode::BAD_GATEWAY, e),
+    }
+}

@@ -1,0 +1,348 @@
+//! The `api` channel: `POST /v1/chat/completions`, OpenAI-compatible (stream and not).
+//!
+//! The session key is `api:<user>` from the request's `user` field (`api:default` without
+//! it); the last user message is the input and the gateway's own session is the history.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use switchboard_channel::{
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
+    OutboundKind, OutboundMessage, Published, SendError, SendReceipt, Sender,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::StreamRegistry;
+use crate::gateway::Shared;
+use crate::llm::DeltaSink;
+
+/// Longest a request waits for its reply.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
+
+struct Waiter {
+    reply: oneshot::Sender<OutboundMessage>,
+    deltas: Option<mpsc::Sender<String>>,
+}
+
+/// Replies for API requests, routed to the HTTP request waiting for them. The CLI's `cli`
+/// channel is another instance under its own name.
+pub struct ApiChannel {
+    name: &'static str,
+    waiters: Mutex<HashMap<String, Waiter>>,
+}
+
+impl Default for ApiChannel {
+    fn default() -> Self {
+        Self::named("api")
+    }
+}
+
+/// Removes the waiter when the request ends (or the client goes away).
+struct WaiterGuard<'a> {
+    api: &'a ApiChannel,
+    id: String,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        self.api.waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
+}
+
+impl ApiChannel {
+    pub fn named(name: &'static str) -> Self {
+        Self {
+            name,
+            waiters: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Publish `msg` on the bus and wait for its reply.
+    pub async fn ask(
+        &self,
+        bus: &Arc<crate::bus::Bus>,
+        msg: InboundMessage,
+        timeout: Duration,
+    ) -> Result<OutboundMessage, String> {
+        let id = msg.id.clone();
+        let rx = self.wait_for(&id, None);
+        let _guard = WaiterGuard { api: self, id };
+        match bus.publish(msg).await {
+            Ok(Published::Accepted) => {}
+            Ok(other) => return Err(format!("message not accepted: {other:?}")),
+            Err(e) => return Err(e.to_string()),
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_)) => Err("the reply was lost".into()),
+            Err(_) => Err(format!("no reply within {timeout:?}")),
+        }
+    }
+
+    fn wait_for(&self, id: &str, deltas: Option<mpsc::Sender<String>>) -> oneshot::Receiver<OutboundMessage> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), Waiter { reply: tx, deltas });
+        rx
+    }
+}
+
+impl StreamRegistry for ApiChannel {
+    fn sink_for(&self, inbound_id: &str) -> Option<DeltaSink> {
+        let tx = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(inbound_id)?
+            .deltas
+            .clone()?;
+        Some(Arc::new(move |d: &str| {
+            // A slow reader loses nothing: the final reply carries the whole text.
+            let _ = tx.try_send(d.to_string());
+        }))
+    }
+}
+
+#[async_trait]
+impl Channel for ApiChannel {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            edits: false,
+            typing: false,
+            threads: false,
+            max_message_len: usize::MAX,
+            dialect: Dialect::Markdown,
+        }
+    }
+
+    async fn run(&self, _inbound: InboundSender, shutdown: CancellationToken) -> Result<(), ChannelError> {
+        shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+        if msg.kind == OutboundKind::Progress {
+            return Ok(SendReceipt::default());
+        }
+        let waiter = msg.in_reply_to_inbound.as_ref().and_then(|id| {
+            self.waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(id)
+        });
+        match waiter {
+            Some(w) => {
+                let _ = w.reply.send(msg.clone());
+            }
+            // Nobody waits (the client left, or this is a replay after a restart).
+            None => tracing::debug!(key = %msg.key, "API reply with no waiting request"),
+        }
+        Ok(SendReceipt::default())
+    }
+
+    async fn typing(&self, _key: &ChatKey) -> Result<(), SendError> {
+        Ok(())
+    }
+}
+
+fn error(status: StatusCode, message: &str, kind: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": {"message": message, "type": kind, "code": Value::Null}})),
+    )
+        .into_response()
+}
+
+fn authorized(headers: &HeaderMap) -> bool {
+    let Some(token) = crate::config::secret("SWITCHBOARD_API_TOKEN") else {
+        return true;
+    };
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    crate::http::admin::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+}
+
+/// The text of the request's last user message (string content or text parts).
+fn last_user_text(body: &Value) -> Result<String, String> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("`messages` must be a non-empty array")?;
+    let last = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .ok_or("`messages` has no message with role `user`")?;
+    match last.get("content") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => Ok(parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n")),
+        _ => Err("the last user message has no text `content`".into()),
+    }
+}
+
+pub async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !authorized(&headers) {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token", "authentication_error");
+    }
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return error(StatusCode::BAD_REQUEST, "the body must be a JSON object", "invalid_request_error"),
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}"), "invalid_request_error"),
+    };
+    let text = match last_user_text(&body) {
+        Ok(t) if !t.trim().is_empty() => t,
+        Ok(_) => return error(StatusCode::BAD_REQUEST, "the last user message is empty", "invalid_request_error"),
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e, "invalid_request_error"),
+    };
+    let user = body.get("user").and_then(Value::as_str).unwrap_or("default");
+    let key: ChatKey = match format!("api:{user}").parse() {
+        Ok(k) => k,
+        Err(_) => return error(StatusCode::BAD_REQUEST, "`user` must be a non-empty string", "invalid_request_error"),
+    };
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("switchboard")
+        .to_string();
+
+    let id = format!("api:req:{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
+    let sender = Sender {
+        id: user.to_string(),
+        username: None,
+        display_name: user.to_string(),
+        is_owner: false,
+    };
+    let mut msg = InboundMessage::text(id.clone(), key, sender, text);
+    // Every request waits for its own answer, so API messages are never joined.
+    msg.metadata.insert("join".into(), Value::Bool(false));
+
+    let (delta_tx, delta_rx) = if stream {
+        let (tx, rx) = mpsc::channel(256);
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let reply_rx = shared.api.wait_for(&id, delta_tx);
+    match shared.bus.publish(msg).await {
+        Ok(Published::Accepted) => {}
+        Ok(other) => {
+            shared.api.waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            return error(StatusCode::CONFLICT, &format!("message not accepted: {other:?}"), "invalid_request_error");
+        }
+        Err(e) => {
+            shared.api.waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "server_error");
+        }
+    }
+    let created = chrono::Utc::now().timestamp();
+    let completion_id = format!("chatcmpl-{}", &id[8..]);
+    if let (true, Some(deltas)) = (stream, delta_rx) {
+        return stream_reply(shared, id, completion_id, model, created, reply_rx, deltas).into_response();
+    }
+    let guard = WaiterGuard { api: &shared.api, id };
+    let reply = match tokio::time::timeout(REPLY_TIMEOUT, reply_rx).await {
+        Ok(Ok(r)) => r,
+        _ => return error(StatusCode::GATEWAY_TIMEOUT, "no reply in time", "server_error"),
+    };
+    drop(guard);
+    axum::Json(json!({
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": reply.text},
+            "finish_reason": "stop",
+        }],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }))
+    .into_response()
+}
+
+fn chunk(id: &str, model: &str, created: i64, delta: Value, finish: Option<&str>) -> Event {
+    Event::default().data(
+        json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+        .to_string(),
+    )
+}
+
+fn stream_reply(
+    shared: Arc<Shared>,
+    id: String,
+    completion_id: String,
+    model: String,
+    created: i64,
+    mut reply_rx: oneshot::Receiver<OutboundMessage>,
+    mut deltas: mpsc::Receiver<String>,
+) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+    let (tx, rx) = mpsc::channel::<Event>(64);
+    tokio::spawn(async move {
+        let _guard = WaiterGuard { api: &shared.api, id };
+        let send = |e| tx.send(e);
+        if send(chunk(&completion_id, &model, created, json!({"role": "assistant", "content": ""}), None)).await.is_err() {
+            return;
+        }
+        let mut streamed = String::new();
+        let deadline = tokio::time::sleep(REPLY_TIMEOUT);
+        tokio::pin!(deadline);
+        let final_text = loop {
+            tokio::select! {
+                Some(d) = deltas.recv() => {
+                    streamed.push_str(&d);
+                    if send(chunk(&completion_id, &model, created, json!({"content": d}), None)).await.is_err() {
+                        return;
+                    }
+                }
+                r = &mut reply_rx => break r.ok().map(|m| m.text),
+                _ = &mut deadline => break None,
+            }
+        };
+        // Deltas still queued, then whatever of the final text was not streamed.
+        while let Ok(d) = deltas.try_recv() {
+            streamed.push_str(&d);
+            let _ = send(chunk(&completion_id, &model, created, json!({"content": d}), None)).await;
+        }
+        if let Some(text) = final_text {
+            let rest = text.strip_prefix(streamed.as_str()).unwrap_or(if streamed.is_empty() { &text } else { "" });
+            if !rest.is_empty() {
+                let _ = send(chunk(&completion_id, &model, created, json!({"content": rest}), None)).await;
+            }
+        }
+        let _ = send(chunk(&completion_id, &model, created, json!({}), Some("stop"))).await;
+        let _ = send(Event::default().data("[DONE]")).await;
+    });
+    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>))
+}
+
+use futures_util::StreamExt as _;

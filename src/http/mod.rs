@@ -1,0 +1,99 @@
+//! HTTP on `gateway.http_listen`: health, readiness, metrics, the OpenAI-compatible `api`
+//! channel and the Slack Events API; plus the loopback-only admin API ([`admin`]).
+
+pub mod admin;
+pub mod api;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::gateway::{GatewayError, Shared};
+
+/// Bind `addr` and serve until shutdown; returns the bound address.
+pub async fn serve(
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<SocketAddr, GatewayError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| GatewayError::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| GatewayError::Listen {
+        addr: addr.to_string(),
+        source,
+    })?;
+    let app = router(shared);
+    tracker.spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!("HTTP server stopped: {e}");
+        }
+    });
+    tracing::info!("HTTP listening on {bound}");
+    Ok(bound)
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    let r = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/chat/completions", post(api::chat_completions));
+    #[cfg(feature = "slack")]
+    let r = r.route("/slack/events", post(slack_events));
+    r.layer(axum::extract::DefaultBodyLimit::max(2 * 1024 * 1024))
+        .with_state(shared)
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    let not_ready = shared.health.not_ready();
+    if not_ready.is_empty() {
+        (StatusCode::OK, axum::Json(serde_json::json!({"ready": true}))).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"ready": false, "not_ready": not_ready})),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        shared.metrics.render(),
+    )
+        .into_response()
+}
+
+#[cfg(feature = "slack")]
+async fn slack_events(
+    State(shared): State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some(slack) = shared.slack.get() else {
+        return (StatusCode::NOT_FOUND, "the Slack Events API is not enabled").into_response();
+    };
+    let (status, body, content_type) = slack.handle_events_request(&headers, &body).await;
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [(header::CONTENT_TYPE, content_type)],
+        body,
+    )
+        .into_response()
+}
