@@ -1,0 +1,229 @@
+//! Shared helpers for the gateway's integration tests: a config in a temp folder, the
+//! gateway in-process or as a child process, and a recording test channel.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use switchboard::config::{self, Loaded};
+use switchboard::gateway::{Running, StartOptions};
+use switchboard_channel::{
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
+    SendError, SendReceipt,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// A temp folder holding `config.toml`, `data/` and `workspace/`.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    /// A config pointing the LLM at `llm_base_url`, HTTP on an ephemeral port, channels off,
+    /// plus `extra` TOML appended (later tables win over nothing; keep keys distinct).
+    pub fn new(llm_base_url: &str, extra: &str) -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = format!(
+            "[gateway]\nhttp_listen = \"127.0.0.1:0\"\n\n\
+             [llm]\nbase_url = \"{llm_base_url}\"\napi_key_env = \"SB_TEST_LLM_KEY\"\nmax_retries = 1\nrequest_timeout = \"30s\"\n\n\
+             [channels.telegram]\nenabled = false\n[channels.discord]\nenabled = false\n[channels.slack]\nenabled = false\n\n\
+             [heartbeat]\nenabled = false\n\n{extra}\n"
+        );
+        std::fs::write(dir.path().join("config.toml"), text).expect("write config");
+        Env { dir }
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn load(&self) -> Loaded {
+        config::load(&self.config_path()).expect("config loads")
+    }
+
+    /// Start the gateway in this process.
+    pub async fn start(&self, opts: StartOptions) -> (Running, CancellationToken) {
+        let shutdown = CancellationToken::new();
+        let running = switchboard::start(&self.load(), opts, shutdown.clone())
+            .await
+            .expect("gateway starts");
+        (running, shutdown)
+    }
+
+    /// Start the real binary as a child process with this config; waits until `/healthz`.
+    pub fn spawn(&self) -> GatewayProcess {
+        let port_file = self.dir.path().join("port");
+        let _ = std::fs::remove_file(&port_file);
+        let child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .arg("--config")
+            .arg(self.config_path())
+            .arg("run")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn switchboard");
+        GatewayProcess { child, data_dir: self.data_dir() }
+    }
+}
+
+/// A gateway running as a child process.
+pub struct GatewayProcess {
+    pub child: Child,
+    data_dir: PathBuf,
+}
+
+impl GatewayProcess {
+    /// The admin API address, once the gateway wrote it (it does so when ready).
+    pub fn wait_admin(&mut self, timeout: Duration) -> (String, String) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((addr, token)) = switchboard::http::admin::running_at(&self.data_dir) {
+                return (format!("http://{addr}"), token);
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("gateway exited early: {status}");
+            }
+            assert!(Instant::now() < deadline, "gateway did not become ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+        // A killed gateway leaves its address file behind; the next one overwrites it.
+        let _ = std::fs::remove_file(self.data_dir.join("admin.addr"));
+    }
+
+    pub fn sigterm(&mut self) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        assert!(ok.success());
+    }
+
+    /// Wait for exit with a bound; returns the exit status and how long it took.
+    pub fn wait_exit(&mut self, timeout: Duration) -> (std::process::ExitStatus, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                return (s, start.elapsed());
+            }
+            assert!(start.elapsed() < timeout, "gateway did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr(&mut self) -> String {
+        let mut s = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A channel named `test` that records what it is asked to send.
+#[derive(Default)]
+pub struct TestChannel {
+    pub sent: Mutex<Vec<OutboundMessage>>,
+    notify: Notify,
+}
+
+impl TestChannel {
+    pub fn sent(&self) -> Vec<OutboundMessage> {
+        self.sent.lock().unwrap().clone()
+    }
+
+    /// Wait until at least `n` messages were sent.
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<OutboundMessage> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.notify.notified();
+            let sent = self.sent();
+            if sent.len() >= n {
+                return sent;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!("only {} of {n} messages sent in time: {:?}", sent.len(), sent);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Channel for TestChannel {
+    fn name(&self) -> &str {
+        "test"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            edits: false,
+            typing: false,
+            threads: false,
+            max_message_len: 4096,
+            dialect: Dialect::Markdown,
+        }
+    }
+
+    async fn run(&self, _: InboundSender, shutdown: CancellationToken) -> Result<(), ChannelError> {
+        shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+        self.sent.lock().unwrap().push(msg.clone());
+        self.notify.notify_waiters();
+        Ok(SendReceipt::default())
+    }
+
+    async fn typing(&self, _: &ChatKey) -> Result<(), SendError> {
+        Ok(())
+    }
+}
+
+/// Options with the test channel registered and platform channels off.
+pub fn with_test_channel(ch: &Arc<TestChannel>) -> StartOptions {
+    StartOptions {
+        channels: false,
+        extra_channels: vec![ch.clone() as Arc<dyn Channel>],
+        ..Default::default()
+    }
+}
+
+/// POST a chat completion to the gateway's API channel.
+pub async fn ask(base: &str, user: &str, text: &str) -> serde_json::Value {
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&serde_json::json!({"model": "x", "user": user, "messages": [{"role": "user", "content": text}]}))
+        .send()
+        .await
+        .expect("request");
+    assert!(resp.status().is_success(), "status {}", resp.status());
+    resp.json().await.expect("json")
+}
+
+pub fn reply_text(v: &serde_json::Value) -> String {
+    v["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string()
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}

@@ -1,0 +1,263 @@
+//! The gateway end to end over real HTTP against the fake LLM: the API channel, sessions,
+//! per-chat order with cross-chat parallelism, dedup, and LLM failures.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Env, TestChannel, ask, reply_text, with_test_channel};
+use futures_util::StreamExt;
+use switchboard_channel::{ChatKey, InboundMessage, Published, Sender};
+use switchboard_fakes::llm::{FakeLlm, Reply};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn base(running: &switchboard::gateway::Running) -> String {
+    format!("http://{}", running.http_addr.expect("http is on"))
+}
+
+#[tokio::test]
+async fn api_round_trip_and_session_continuity() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let base = base(&running);
+
+    llm.push(Reply::text("Nice to meet you, Ada."));
+    let first = ask(&base, "alice", "Hi, I'm Ada").await;
+    assert_eq!(reply_text(&first), "Nice to meet you, Ada.");
+    assert_eq!(first["object"], "chat.completion");
+
+    let second = ask(&base, "alice", "What's my name?").await;
+    assert_eq!(reply_text(&second), "echo: What's my name?");
+
+    let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();
+    let history: Vec<(String, String)> = reqs[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap().to_string(), m["content"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert!(history.contains(&("user".into(), "Hi, I'm Ada".into())), "{history:?}");
+    assert!(history.contains(&("assistant".into(), "Nice to meet you, Ada.".into())), "{history:?}");
+    // Another user has their own session.
+    ask(&base, "bob", "hello").await;
+    let reqs = llm.wait_for_requests(3, WAIT).await.unwrap();
+    assert!(!reqs[2].body.to_string().contains("Ada"));
+
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn api_streams_server_sent_events() {
+    let llm = FakeLlm::start().await;
+    llm.set_stream_chunk_chars(4);
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    llm.push(Reply::text("streamed answer in several pieces"));
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", base(&running)))
+        .json(&serde_json::json!({"model": "x", "stream": true, "messages": [{"role": "user", "content": "go"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let mut body = String::new();
+    let mut s = resp.bytes_stream();
+    while let Some(chunk) = s.next().await {
+        body.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+    }
+    let mut text = String::new();
+    let mut chunks = 0;
+    for line in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if line == "[DONE]" {
+            break;
+        }
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["object"], "chat.completion.chunk");
+        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(t);
+            chunks += 1;
+        }
+    }
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    assert_eq!(text, "streamed answer in several pieces");
+    assert!(chunks > 2, "the answer arrived in pieces: {chunks}");
+    // The gateway streamed from the LLM too.
+    assert!(llm.requests()[0].stream);
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn malformed_api_requests_get_clear_errors() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/chat/completions", base(&running));
+    for (body, want) in [
+        ("{not json", "malformed JSON"),
+        ("[]", "JSON object"),
+        ("{\"messages\": []}", "role `user`"),
+        ("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "no text"),
+    ] {
+        let r = http.post(&url).header("content-type", "application/json").body(body).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains(want), "{body}: {v}");
+    }
+    assert_eq!(llm.request_count(), 0);
+    // The gateway still answers.
+    assert_eq!(reply_text(&ask(&base(&running), "u", "still there?").await), "echo: still there?");
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+fn inbound(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
+    let mut m = InboundMessage::text(id, key.clone(), Sender { id: "u".into(), username: None, display_name: "U".into(), is_owner: false }, text);
+    m.metadata.insert("join".into(), serde_json::Value::Bool(false));
+    m
+}
+
+#[tokio::test]
+async fn per_key_order_with_cross_key_parallelism() {
+    let llm = FakeLlm::start().await;
+    llm.set_delay(Duration::from_millis(200));
+    let env = Env::new(&llm.base_url(), "");
+    let ch = Arc::new(TestChannel::default());
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let inbound_tx = running.inbound();
+    let started = Instant::now();
+    for k in 0..50 {
+        let key = ChatKey::new("test", format!("chat{k}"));
+        for i in 0..3 {
+            let r = inbound_tx.publish(inbound(&format!("m-{k}-{i}"), &key, &format!("k{k} m{i}"))).await.unwrap();
+            assert_eq!(r, Published::Accepted);
+        }
+    }
+    let sent = ch.wait_for(150, Duration::from_secs(30)).await;
+    let elapsed = started.elapsed();
+    // Serial would take 150 × 200 ms = 30 s; three rounds of parallel turns take ~0.6 s.
+    assert!(elapsed < Duration::from_secs(8), "took {elapsed:?}");
+    for k in 0..50 {
+        let texts: Vec<String> = sent
+            .iter()
+            .filter(|m| m.key.chat_id == format!("chat{k}"))
+            .map(|m| m.text.clone())
+            .collect();
+        assert_eq!(texts, vec![format!("echo: k{k} m0"), format!("echo: k{k} m1"), format!("echo: k{k} m2")]);
+    }
+    // Workers are dropped once their chats are idle.
+    let deadline = Instant::now() + WAIT;
+    while running.shared.bus.active_chats() > 0 {
+        assert!(Instant::now() < deadline, "workers not dropped");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn waiting_messages_are_joined_into_the_next_turn() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let ch = Arc::new(TestChannel::default());
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let tx = running.inbound();
+    let key = ChatKey::new("test", "j");
+    llm.push(Reply::text("first").with_delay(Duration::from_millis(500)));
+    let mk = |id: &str, t: &str| InboundMessage::text(id, key.clone(), Sender { id: "u".into(), username: None, display_name: "U".into(), is_owner: false }, t);
+    tx.publish(mk("j1", "one")).await.unwrap();
+    llm.wait_for_requests(1, WAIT).await.unwrap();
+    tx.publish(mk("j2", "two")).await.unwrap();
+    tx.publish(mk("j3", "three")).await.unwrap();
+    let sent = ch.wait_for(2, WAIT).await;
+    assert_eq!(sent[0].text, "first");
+    let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();
+    let last = reqs[1].last_user_text();
+    assert!(last.contains("two") && last.contains("three"), "{last}");
+    assert_eq!(llm.request_count(), 2);
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn the_same_inbound_id_is_processed_once() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let ch = Arc::new(TestChannel::default());
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let tx = running.inbound();
+    let key = ChatKey::new("test", "d");
+    let (a, b) = tokio::join!(tx.publish(inbound("dup-1", &key, "hello")), tx.publish(inbound("dup-1", &key, "hello")));
+    let mut outcomes = vec![a.unwrap(), b.unwrap()];
+    outcomes.sort_by_key(|p| format!("{p:?}"));
+    assert_eq!(outcomes, vec![Published::Accepted, Published::Duplicate]);
+    ch.wait_for(1, WAIT).await;
+    assert_eq!(tx.publish(inbound("dup-1", &key, "hello")).await.unwrap(), Published::Duplicate);
+    tx.publish(inbound("dup-2", &key, "next")).await.unwrap();
+    let sent = ch.wait_for(2, WAIT).await;
+    assert_eq!(sent.len(), 2);
+    assert_eq!(llm.request_count(), 2);
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn llm_failures_give_a_clear_error_reply_and_the_gateway_lives() {
+    // Unreachable: a port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let env = Env::new(&dead, "[agent]\nname = \"Bot\"\n");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let v = ask(&base(&running), "u", "hello?").await;
+    let text = reply_text(&v);
+    assert!(text.contains("couldn't get an answer"), "{text}");
+    assert!(!text.contains("SB_TEST_LLM_KEY"));
+    shutdown.cancel();
+    running.stopped().await;
+
+    // Answering 500: retried (llm.max_retries = 1), then an error reply; the next works.
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    llm.push(Reply::server_error());
+    llm.push(Reply::server_error());
+    let started = Instant::now();
+    let text = reply_text(&ask(&base(&running), "u", "hello?").await);
+    assert!(text.contains("couldn't get an answer"), "{text}");
+    assert!(started.elapsed() >= Duration::from_millis(1500), "backoff before the retry");
+    assert_eq!(llm.request_count(), 2);
+    assert_eq!(reply_text(&ask(&base(&running), "u", "again").await), "echo: again");
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn health_ready_and_metrics() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let base = base(&running);
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(http.get(format!("{base}/readyz")).send().await.unwrap().status(), 200);
+    running.shared.health.set("telegram", false, "connecting");
+    let r = http.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["not_ready"]["telegram"], "connecting");
+    ask(&base, "m", "count me").await;
+    let text = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("switchboard_inbound_messages_total{channel=\"api\"} 1"), "{text}");
+    assert!(text.contains("switchboard_turns_total 1"));
+    assert!(text.contains("switchboard_turn_duration_seconds_count 1"));
+    shutdown.cancel();
+    running.stopped().await;
+}
