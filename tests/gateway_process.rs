@@ -1,0 +1,153 @@
+//! The real binary as a child process: crash durability (SIGKILL mid-turn), graceful
+//! shutdown on SIGTERM, and `config check` errors naming the key path.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Env;
+use switchboard::agent::session::Session;
+use switchboard::store::{SledStore, Store, Tree};
+use switchboard_channel::ChatKey;
+use switchboard_fakes::llm::{FakeLlm, Reply};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Send an API request in the background (the reply may never come: the gateway dies).
+fn fire(base: String, user: &str, text: &str) {
+    let body = serde_json::json!({"model": "x", "user": user, "messages": [{"role": "user", "content": text}]});
+    tokio::spawn(async move {
+        let _ = reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(&body).send().await;
+    });
+}
+
+fn http_base(env: &Env) -> String {
+    // The child listens where the config says; tests pick a free port up front.
+    let text = std::fs::read_to_string(env.config_path()).unwrap();
+    let line = text.lines().find(|l| l.starts_with("http_listen")).unwrap();
+    format!("http://{}", line.split('"').nth(1).unwrap())
+}
+
+fn env_with_port(llm: &FakeLlm) -> Env {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let env = Env::new(&llm.base_url(), "");
+    let path = env.config_path();
+    let text = std::fs::read_to_string(&path).unwrap().replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    std::fs::write(path, text).unwrap();
+    env
+}
+
+fn session_of(env: &Env, key: &str) -> Session {
+    let store = SledStore::open(&env.data_dir()).unwrap();
+    Session::load(&store, &key.parse::<ChatKey>().unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
+    let llm = FakeLlm::start().await;
+    let env = env_with_port(&llm);
+    // The first LLM call hangs long enough for the gateway to be killed during it.
+    llm.push(Reply::text("too late").with_delay(Duration::from_secs(120)));
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    fire(http_base(&env), "crash", "remember the milk");
+    llm.wait_for_requests(1, WAIT).await.unwrap();
+    gw.kill9();
+
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();
+    assert_eq!(reqs[1].last_user_text(), "remember the milk");
+    gw.sigterm();
+    let (status, _) = gw.wait_exit(WAIT);
+    assert!(status.success());
+    let s = session_of(&env, "api:crash");
+    let users = s.messages.iter().filter(|m| m.content == "remember the milk").count();
+    assert_eq!(users, 1, "{:?}", s.messages);
+    assert_eq!(s.messages.len(), 2);
+    {
+        let store = SledStore::open(&env.data_dir()).unwrap();
+        assert_eq!(store.len(Tree::Inbox), 0);
+    }
+
+    // A third start has nothing left to do.
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    gw.sigterm();
+    assert!(gw.wait_exit(WAIT).0.success());
+    assert_eq!(llm.request_count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_exits_zero_within_ten_seconds_and_keeps_in_flight_work() {
+    let llm = FakeLlm::start().await;
+    let env = env_with_port(&llm);
+    llm.push(Reply::text("never delivered").with_delay(Duration::from_secs(120)));
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    fire(http_base(&env), "term", "in flight");
+    llm.wait_for_requests(1, WAIT).await.unwrap();
+    gw.sigterm();
+    let (status, took) = gw.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "exit status {status}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let logs = gw.stderr();
+    assert!(logs.contains("stopped"), "{logs}");
+    {
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(&env.data_dir()).unwrap());
+        assert_eq!(store.len(Tree::Inbox), 1, "the in-flight message is persisted");
+    }
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();
+    assert_eq!(reqs[1].last_user_text(), "in flight");
+    gw.sigterm();
+    assert!(gw.wait_exit(WAIT).0.success());
+    assert_eq!(session_of(&env, "api:term").messages.len(), 2);
+}
+
+fn config_check(toml: &str) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(&path)
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
+    for (toml, want) in [
+        ("[agent]\nmax_iterations = \"many\"\n", "agent.max_iterations: expected an integer"),
+        ("[gateway]\ntimezone = \"Mars/Olympus\"\n", "gateway.timezone: unknown timezone"),
+        ("[llm]\nrequest_timeout = \"forever\"\n", "llm.request_timeout: expected a duration"),
+        ("[channels.slack]\ngroup_policy = \"sometimes\"\n", "channels.slack.group_policy"),
+        ("[heartbeat]\ninterval = 5\n", "heartbeat.interval"),
+    ] {
+        let (ok, _, err) = config_check(toml);
+        assert!(!ok, "{toml} should fail");
+        assert!(err.contains(want), "{toml}: {err}");
+    }
+    let (ok, out, _) = config_check("[agent]\nmax_iteratons = 3\n");
+    assert!(ok);
+    assert!(out.contains("unknown config key `agent.max_iteratons`") && out.contains("max_iterations"), "{out}");
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(&shipped)
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("warning"), "the shipped config has no unknown keys");
+}
