@@ -1,0 +1,215 @@
+//! The benchmark: runs the release gateway binary against local fakes and prints figures.
+//!
+//! `cargo run --release --example bench` (builds `target/release/switchboard` when missing).
+//! Figures: start-up to `/readyz` 200, idle RSS, end-to-end API-channel messages/s over
+//! 1 000 concurrent chats (durability on, zero-latency LLM), overhead per message p50/p99
+//! at 100 messages/s, RSS after 10 000 distinct chats and once their workers are gone.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchboard_fakes::llm::FakeLlm;
+
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/examples/bench → target/<profile>/switchboard
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("switchboard");
+    if !bin.exists() {
+        eprintln!("building the gateway binary…");
+        let ok = Command::new(env!("CARGO"))
+            .args(["build", "--release", "--bin", "switchboard"])
+            .status()
+            .expect("cargo build");
+        assert!(ok.success(), "cargo build failed");
+    }
+    bin
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+struct Gateway {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_gateway(llm: &FakeLlm, extra: &str, envs: &[(&str, String)]) -> (Gateway, Duration) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "[gateway]\nhttp_listen = \"127.0.0.1:{port}\"\nmax_concurrent_turns = 256\n\
+         [llm]\nbase_url = \"{}\"\nmax_retries = 0\n\
+         [heartbeat]\nenabled = false\n{extra}\n",
+        llm.base_url()
+    );
+    std::fs::write(dir.path().join("config.toml"), config).unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let mut cmd = Command::new(binary());
+    cmd.arg("--config")
+        .arg(dir.path().join("config.toml"))
+        .arg("run")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("spawn gateway");
+    loop {
+        if let Ok(r) = http.get(format!("{base}/readyz")).send().await {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "gateway never became ready");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let ready = started.elapsed();
+    (Gateway { child, base, _dir: dir }, ready)
+}
+
+async fn one(http: &reqwest::Client, base: &str, user: &str, text: &str) -> Duration {
+    let t = Instant::now();
+    let r = http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&serde_json::json!({"model": "x", "user": user, "messages": [{"role": "user", "content": text}]}))
+        .send()
+        .await
+        .expect("request");
+    assert!(r.status().is_success(), "status {}", r.status());
+    let _ = r.bytes().await;
+    t.elapsed()
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() {
+    let llm = FakeLlm::start().await;
+    llm.set_recording(false);
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(2048)
+        .build()
+        .unwrap();
+
+    // 1. Start-up and idle memory, no channels.
+    let no_channels = "[channels.telegram]\nenabled = false\n[channels.discord]\nenabled = false\n[channels.slack]\nenabled = false\n";
+    let mut readies = Vec::new();
+    for _ in 0..5 {
+        let (gw, ready) = start_gateway(&llm, no_channels, &[]).await;
+        readies.push(ready);
+        drop(gw);
+    }
+    readies.sort();
+    let (gw, _) = start_gateway(&llm, no_channels, &[]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = rss_mb(gw.child.id());
+    println!(
+        "start-up to ready:        {:.1} ms (median of 5; min {:.1} ms)",
+        pct(&readies, 0.5),
+        readies[0].as_secs_f64() * 1000.0
+    );
+    println!("idle RSS (no channels):   {idle:.1} MB");
+
+    // 2. Throughput: 1 000 concurrent chats, 10 messages each, durability on.
+    for i in 0..1000 {
+        one(&http, &gw.base, &format!("warm{i}"), "warm up").await;
+    }
+    let per_chat = 10;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..1000 {
+        let http = http.clone();
+        let base = gw.base.clone();
+        tasks.push(tokio::spawn(async move {
+            for m in 0..per_chat {
+                one(&http, &base, &format!("chat{c}"), &format!("message {m}")).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "throughput:               {:.0} messages/s (1 000 chats x {per_chat}, end to end)",
+        1000.0 * per_chat as f64 / secs
+    );
+
+    // 3. Overhead per message at 100 messages/s (zero-latency LLM: the round trip is overhead).
+    let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut ticker = tokio::time::interval(Duration::from_millis(10));
+    let mut tasks = Vec::new();
+    for i in 0..1000 {
+        ticker.tick().await;
+        let (http, base, lat) = (http.clone(), gw.base.clone(), lat.clone());
+        tasks.push(tokio::spawn(async move {
+            let d = one(&http, &base, &format!("paced{}", i % 100), "how are you?").await;
+            lat.lock().unwrap().push(d);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut lat = lat.lock().unwrap().clone();
+    lat.sort();
+    println!(
+        "overhead at 100 msg/s:    p50 {:.2} ms, p99 {:.2} ms (HTTP round trip incl. durable write)",
+        pct(&lat, 0.5),
+        pct(&lat, 0.99)
+    );
+
+    // 4. Memory per 10 000 chats.
+    let mut tasks = Vec::new();
+    for c in 0..10_000 {
+        let (http, base) = (http.clone(), gw.base.clone());
+        tasks.push(tokio::spawn(async move {
+            one(&http, &base, &format!("many{c}"), "hi").await;
+        }));
+        if tasks.len() >= 500 {
+            for t in tasks.drain(..) {
+                t.await.unwrap();
+            }
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let after = rss_mb(gw.child.id());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let settled = rss_mb(gw.child.id());
+    println!(
+        "RSS after 10 000 chats:   {after:.1} MB right after, {settled:.1} MB 3 s later (idle was {idle:.1} MB)"
+    );
+    drop(gw);
+}
