@@ -1,1 +1,131 @@
-//! placeholder
+//! Telegram adapter for switchboard, on teloxide (long polling, rustls).
+//!
+//! - [`config`]: [`TelegramConfig`] and its defaults.
+//! - `intake`: start-up (`getMe`, `deleteWebhook`, `setMyCommands`) and our own
+//!   `getUpdates` loop, which confirms an update only after it was published.
+//! - `mapping`: a Telegram update → `InboundMessage` (key, sender, mention, text).
+//! - `media`: photos, documents, voice and audio downloaded into the workspace inbox.
+//! - `send`: replies rendered to Telegram HTML, split, sent with retries and a plain-text
+//!   fallback; typing indicator.
+//! - `pacing`: Telegram's published send limits, when enabled.
+//! - `errors`: teloxide errors classified, the token scrubbed, backoff.
+//!
+//! Data flow: Telegram → `intake` → `mapping` (+ `media`) → `InboundSender::publish` → the
+//! gateway; the gateway → [`TelegramChannel::send`] → `send` (+ `pacing`) → Telegram.
+
+pub mod config;
+mod errors;
+mod intake;
+mod mapping;
+mod media;
+mod pacing;
+mod send;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use switchboard_channel::{
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
+    SendError, SendReceipt,
+};
+use teloxide::Bot;
+use tokio_util::sync::CancellationToken;
+
+pub use config::TelegramConfig;
+
+/// The Telegram channel: one bot token, polling and sending through one HTTP client.
+pub struct TelegramChannel {
+    cfg: TelegramConfig,
+    bot: Bot,
+    pacer: pacing::Pacer,
+}
+
+impl std::fmt::Debug for TelegramChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TelegramChannel")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TelegramChannel {
+    /// Check the configuration and build the client; no network traffic yet.
+    pub fn new(cfg: TelegramConfig) -> Result<Self, ChannelError> {
+        if cfg.token.trim().is_empty() {
+            return Err(ChannelError::Unauthorized(
+                "the Telegram bot token is empty".into(),
+            ));
+        }
+        let url = reqwest::Url::parse(&cfg.api_url).map_err(|e| {
+            ChannelError::Other(format!("channels.telegram.api_url {:?}: {e}", cfg.api_url))
+        })?;
+        // The client's total timeout must outlast a long poll plus the watchdog margin.
+        let timeout = (cfg.poll_timeout + cfg.watchdog_margin + Duration::from_secs(2))
+            .max(Duration::from_secs(17));
+        let client = teloxide::net::default_reqwest_settings()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| ChannelError::Other(format!("telegram HTTP client: {e}")))?;
+        let bot = Bot::with_client(cfg.token.clone(), client).set_api_url(url);
+        Ok(Self {
+            pacer: pacing::Pacer::new(cfg.pacing),
+            bot,
+            cfg,
+        })
+    }
+
+    fn sender(&self) -> send::Sender<'_> {
+        send::Sender {
+            bot: &self.bot,
+            token: &self.cfg.token,
+            pacer: &self.pacer,
+            max_chars: self.cfg.max_message_len,
+            attempts: self.cfg.send_attempts.max(1),
+            retry_initial: self.cfg.retry_initial,
+            retry_max: self.cfg.retry_max,
+            max_inline_retry_after: self.cfg.max_inline_retry_after,
+        }
+    }
+}
+
+#[async_trait]
+impl Channel for TelegramChannel {
+    fn name(&self) -> &str {
+        "telegram"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            edits: true,
+            typing: true,
+            threads: true,
+            max_message_len: self.cfg.max_message_len,
+            dialect: Dialect::TelegramHtml,
+        }
+    }
+
+    async fn run(
+        &self,
+        inbound: InboundSender,
+        shutdown: CancellationToken,
+    ) -> Result<(), ChannelError> {
+        let intake = intake::Intake {
+            bot: &self.bot,
+            cfg: &self.cfg,
+            inbound: &inbound,
+            shutdown: &shutdown,
+        };
+        match intake.start().await? {
+            Some(me) => intake.poll(&me).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+        self.sender().send(msg).await
+    }
+
+    async fn typing(&self, key: &ChatKey) -> Result<(), SendError> {
+        self.sender().typing(key).await
+    }
+}

@@ -1,1 +1,341 @@
-//! Fake llm server (being written).
+//! Fake LLM server: OpenAI Chat Completions and Anthropic Messages on 127.0.0.1, scripted.
+//!
+//! Endpoints (each also without the `/v1` prefix, so a base URL with or without `/v1`
+//! works):
+//! - `POST /v1/chat/completions` — OpenAI, non-stream JSON or SSE (`stream: true`, with a
+//!   usage chunk when `stream_options.include_usage` is true, then `data: [DONE]`);
+//! - `POST /v1/messages` — Anthropic (requires `x-api-key` and `anthropic-version`),
+//!   non-stream JSON or SSE with `event:` lines;
+//! - `GET /v1/models` — a model list (Anthropic's shape when `anthropic-version` is sent).
+//!
+//! Which [`Reply`] answers a request, first match wins:
+//! 1. [`FakeLlm::fail_model`] for the request's `model`;
+//! 2. the FIFO of [`FakeLlm::push_for`] whose matcher occurs in the last user message;
+//! 3. the global FIFO of [`FakeLlm::push`];
+//! 4. the default responder: `echo: <last user text>`, or what
+//!    [`FakeLlm::set_default`] / [`FakeLlm::set_responder`] set.
+//!
+//! Every request is recorded (unless [`FakeLlm::set_recording`] turned it off) and counted;
+//! [`FakeLlm::wait_for_requests`] waits for a count with a bound. Delays use
+//! `tokio::time::sleep`, so tests under a paused clock stay instant.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use std::time::Duration;
+//! use serde_json::json;
+//! use switchboard_fakes::llm::{FakeLlm, Reply};
+//!
+//! let llm = FakeLlm::start().await;
+//! llm.push(Reply::tool_call("read_file", json!({"path": "notes.md"})));
+//! llm.push(Reply::text("Done."));
+//! llm.push_for("alice", Reply::rate_limited(2));
+//! llm.fail_model("gpt-broken", Reply::server_error());
+//! // point the client at llm.base_url() ("http://127.0.0.1:PORT/v1") …
+//! let seen = llm.wait_for_requests(2, Duration::from_secs(5)).await.unwrap();
+//! assert_eq!(seen[0].model, "gpt-4o-mini");
+//! # }
+//! ```
+
+mod anthropic;
+mod openai;
+mod reply;
+mod server;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use reply::{Reply, ToolCall};
+
+/// A custom default responder: gets the request body, returns the answer.
+pub type Responder = dyn Fn(&Value) -> Reply + Send + Sync;
+
+/// One request as it crossed the wire.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// Request path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// The body's `model` (empty when absent).
+    pub model: String,
+    /// Headers, names lowercased; repeated headers joined with `", "`.
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body (`Null` for a GET or a body that is not JSON).
+    pub body: Value,
+    /// The body's `stream` flag.
+    pub stream: bool,
+    /// When the request arrived (tokio clock, so it follows a paused test clock).
+    pub at: Instant,
+}
+
+impl RecordedRequest {
+    /// Text of the last user message (see [`last_user_text`]).
+    pub fn last_user_text(&self) -> String {
+        last_user_text(self)
+    }
+}
+
+/// Text of the request's last user message: string content, or the text parts of an
+/// array content joined with `"\n"`. Anthropic user messages that carry only
+/// `tool_result` blocks are skipped, so both providers give the human's last words.
+/// Empty when there is none.
+pub fn last_user_text(request: &RecordedRequest) -> String {
+    body_last_user_text(&request.body).unwrap_or_default()
+}
+
+/// Like [`last_user_text`], on a raw request body (for [`FakeLlm::set_responder`]).
+pub fn body_last_user_text(body: &Value) -> Option<String> {
+    let messages = body.get("messages")?.as_array()?;
+    messages
+        .iter()
+        .rev()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .find_map(|m| match m.get("content")? {
+            Value::String(text) => Some(text.clone()),
+            Value::Array(parts) => {
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect();
+                let only_tool_results = !parts.is_empty()
+                    && parts
+                        .iter()
+                        .all(|p| p.get("type").and_then(Value::as_str) == Some("tool_result"));
+                (!only_tool_results).then(|| texts.join("\n"))
+            }
+            _ => None,
+        })
+}
+
+/// The default answer when no script applies.
+#[derive(Clone)]
+enum Default {
+    Echo,
+    Fixed(Reply),
+    Custom(Arc<Responder>),
+}
+
+/// Everything behind the lock; every critical section is a few pointer moves.
+struct State {
+    queue: VecDeque<Reply>,
+    routed: Vec<(String, VecDeque<Reply>)>,
+    failing: Vec<(String, Reply)>,
+    default: Default,
+    delay: Duration,
+    requests: Vec<RecordedRequest>,
+    models: Vec<String>,
+    chunk_chars: usize,
+}
+
+/// State shared by the handle(s) and the server task.
+struct Shared {
+    state: Mutex<State>,
+    /// Requests received since start or [`FakeLlm::clear`]; a watch so waits are bounded
+    /// notifications, not polling.
+    count: watch::Sender<usize>,
+    recording: AtomicBool,
+    /// Source of unique, deterministic ids (`chatcmpl-fake7`, `call_fake7_0`…).
+    ids: AtomicU64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave State half-updated in a way that
+        // matters to a test fake, so a poisoned lock is simply reused.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Stops the server when the last [`FakeLlm`] clone is dropped.
+struct ServerGuard(CancellationToken);
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// A running fake LLM server. Cheap to clone; the server stops when the last clone drops.
+#[derive(Clone)]
+pub struct FakeLlm {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    _guard: Arc<ServerGuard>,
+}
+
+impl fmt::Debug for FakeLlm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeLlm").field("addr", &self.addr).finish()
+    }
+}
+
+impl FakeLlm {
+    /// Binds 127.0.0.1:0 and serves until the last handle is dropped.
+    ///
+    /// # Panics
+    /// If no loopback port can be bound.
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("fake LLM: bind 127.0.0.1:0");
+        let addr = listener
+            .local_addr()
+            .expect("fake LLM: local address of a bound listener");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                routed: Vec::new(),
+                failing: Vec::new(),
+                default: Default::Echo,
+                delay: Duration::ZERO,
+                requests: Vec::new(),
+                models: vec!["gpt-4o-mini".into(), "claude-sonnet-4-5".into()],
+                chunk_chars: 8,
+            }),
+            count: watch::Sender::new(0),
+            recording: AtomicBool::new(true),
+            ids: AtomicU64::new(1),
+        });
+        let token = CancellationToken::new();
+        server::spawn(listener, Arc::clone(&shared), token.clone());
+        Self {
+            shared,
+            addr,
+            _guard: Arc::new(ServerGuard(token)),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the base URL OpenAI-style clients expect.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT`, the base URL Anthropic-style clients expect.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Appends a reply to the global FIFO.
+    pub fn push(&self, reply: Reply) {
+        self.shared.lock().queue.push_back(reply);
+    }
+
+    /// Appends a reply to the FIFO used only by requests whose last user message contains
+    /// `matcher`.
+    pub fn push_for(&self, matcher: &str, reply: Reply) {
+        let mut state = self.shared.lock();
+        match state.routed.iter_mut().find(|(m, _)| m == matcher) {
+            Some((_, queue)) => queue.push_back(reply),
+            None => state
+                .routed
+                .push((matcher.to_owned(), VecDeque::from([reply]))),
+        }
+    }
+
+    /// Every request for `model` answers `reply` (until [`FakeLlm::reset`]).
+    pub fn fail_model(&self, model: &str, reply: Reply) {
+        let mut state = self.shared.lock();
+        state.failing.retain(|(m, _)| m != model);
+        state.failing.push((model.to_owned(), reply));
+    }
+
+    /// Replaces the default (echo) answer with a fixed reply.
+    pub fn set_default(&self, reply: Reply) {
+        self.shared.lock().default = Default::Fixed(reply);
+    }
+
+    /// Replaces the default (echo) answer with a function of the request body.
+    /// It runs outside the fake's lock, so it may call back into the fake.
+    pub fn set_responder(&self, responder: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
+        self.shared.lock().default = Default::Custom(Arc::new(responder));
+    }
+
+    /// Latency added to every request (`tokio::time::sleep`).
+    pub fn set_delay(&self, delay: Duration) {
+        self.shared.lock().delay = delay;
+    }
+
+    /// Turns request recording on or off (off for benchmarks; requests are still counted).
+    pub fn set_recording(&self, on: bool) {
+        self.shared.recording.store(on, Ordering::Relaxed);
+    }
+
+    /// Size of streamed text and argument fragments, in characters (default 8).
+    pub fn set_stream_chunk_chars(&self, chars: usize) {
+        self.shared.lock().chunk_chars = chars.max(1);
+    }
+
+    /// Model ids listed by `GET /v1/models`.
+    pub fn set_models<S: Into<String>>(&self, models: impl IntoIterator<Item = S>) {
+        self.shared.lock().models = models.into_iter().map(Into::into).collect();
+    }
+
+    /// Replies still queued (global and routed FIFOs together).
+    pub fn pending(&self) -> usize {
+        let state = self.shared.lock();
+        state.queue.len() + state.routed.iter().map(|(_, q)| q.len()).sum::<usize>()
+    }
+
+    /// The recorded requests, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Requests received since start or the last [`FakeLlm::clear`] (recorded or not).
+    pub fn request_count(&self) -> usize {
+        *self.shared.count.borrow()
+    }
+
+    /// Waits until at least `n` requests have arrived, then returns the recorded ones.
+    ///
+    /// # Errors
+    /// A message naming the count reached when `timeout` elapses first.
+    pub async fn wait_for_requests(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<RecordedRequest>, String> {
+        let mut rx = self.shared.count.subscribe();
+        match tokio::time::timeout(timeout, rx.wait_for(|count| *count >= n)).await {
+            Ok(Ok(_)) => Ok(self.requests()),
+            Ok(Err(_)) => Err("fake LLM: server state dropped".to_owned()),
+            Err(_) => Err(format!(
+                "fake LLM: waited {timeout:?} for {n} request(s), got {}",
+                self.request_count()
+            )),
+        }
+    }
+
+    /// Forgets recorded requests and resets the count; scripts stay.
+    pub fn clear(&self) {
+        self.shared.lock().requests.clear();
+        self.shared.count.send_replace(0);
+    }
+
+    /// Forgets requests, scripts, failing models, default, delay: back to a fresh server.
+    pub fn reset(&self) {
+        {
+            let mut state = self.shared.lock();
+            state.queue.clear();
+            state.routed.clear();
+            state.failing.clear();
+            state.default = Default::Echo;
+            state.delay = Duration::ZERO;
+            state.requests.clear();
+        }
+        self.shared.count.send_replace(0);
+    }
+}

@@ -1,0 +1,253 @@
+//! Intake: start-up (`getMe`, `deleteWebhook`, `setMyCommands`) and the `getUpdates` loop.
+//!
+//! The loop is our own rather than teloxide's dispatcher, because an update may be
+//! confirmed (by sending `offset = update_id + 1` on the next call) only after
+//! `InboundSender::publish` returned `Ok` for it. A failed publish leaves the update
+//! unconfirmed, so Telegram redelivers it. A watchdog abandons a `getUpdates` call that
+//! hangs past its timeout; 409 conflicts and network errors back off with jitter.
+
+use std::time::Duration;
+
+use switchboard_channel::{ChannelError, InboundSender, PublishError};
+use teloxide::Bot;
+use teloxide::payloads::GetUpdatesSetters;
+use teloxide::prelude::{Request, Requester};
+use teloxide::types::{AllowedUpdate, BotCommand, Update};
+use tokio_util::sync::CancellationToken;
+
+use crate::TelegramConfig;
+use crate::errors::{Backoff, Failure, classify};
+use crate::mapping::{BotIdentity, map_update};
+use crate::media;
+
+const CHANNEL: &str = "telegram";
+
+/// The bot commands registered with `setMyCommands`.
+const COMMANDS: [(&str, &str); 5] = [
+    ("new", "Start a fresh conversation"),
+    ("stop", "Stop the current answer"),
+    ("status", "Show the assistant's status"),
+    ("reminders", "List this chat's reminders"),
+    ("help", "What the assistant can do"),
+];
+
+/// The running intake of one adapter.
+pub(crate) struct Intake<'a> {
+    pub bot: &'a Bot,
+    pub cfg: &'a TelegramConfig,
+    pub inbound: &'a InboundSender,
+    pub shutdown: &'a CancellationToken,
+}
+
+fn unauthorized() -> ChannelError {
+    ChannelError::Unauthorized(
+        "Telegram refused the bot token (401 Unauthorized); check the token from BotFather \
+         in the variable named by channels.telegram.token_env"
+            .into(),
+    )
+}
+
+impl Intake<'_> {
+    fn backoff(&self) -> Backoff {
+        Backoff::new(self.cfg.retry_initial, self.cfg.retry_max)
+    }
+
+    /// Sleep unless shut down first; `false` when shutting down.
+    async fn pause(&self, d: Duration) -> bool {
+        tokio::select! {
+            _ = self.shutdown.cancelled() => false,
+            _ = tokio::time::sleep(d) => true,
+        }
+    }
+
+    fn down(&self, detail: &str) {
+        self.inbound.set_connected(CHANNEL, false, detail);
+    }
+
+    /// `getMe` until it answers (a refused token ends the channel), then `deleteWebhook`
+    /// and `setMyCommands` together. `None` when shut down meanwhile.
+    pub(crate) async fn start(&self) -> Result<Option<BotIdentity>, ChannelError> {
+        let mut backoff = self.backoff();
+        let me = loop {
+            let res = tokio::select! {
+                _ = self.shutdown.cancelled() => return Ok(None),
+                r = self.bot.get_me() => r,
+            };
+            match res {
+                Ok(me) => break me,
+                Err(e) => match classify(&e, &self.cfg.token) {
+                    Failure::Unauthorized => {
+                        self.down("the bot token was refused");
+                        tracing::error!(
+                            "telegram: the bot token was refused (getMe: 401 Unauthorized)"
+                        );
+                        return Err(unauthorized());
+                    }
+                    f => {
+                        let d = backoff.next_delay();
+                        tracing::warn!(error = ?f, retry_in = ?d, "telegram: getMe failed");
+                        self.down("getMe failed");
+                        if !self.pause(d).await {
+                            return Ok(None);
+                        }
+                    }
+                },
+            }
+        };
+        let identity = BotIdentity {
+            id: me.user.id.0,
+            username: me.user.username.clone().unwrap_or_default(),
+        };
+        let commands: Vec<BotCommand> = COMMANDS
+            .iter()
+            .map(|(c, d)| BotCommand::new(*c, *d))
+            .collect();
+        let (webhook, cmds) = tokio::join!(
+            self.bot.delete_webhook(),
+            self.bot.set_my_commands(commands)
+        );
+        if let Err(e) = webhook {
+            tracing::warn!(error = ?classify(&e, &self.cfg.token), "telegram: deleteWebhook failed; polling may conflict with a webhook");
+        }
+        if let Err(e) = cmds {
+            tracing::warn!(error = ?classify(&e, &self.cfg.token), "telegram: setMyCommands failed");
+        }
+        tracing::info!(bot = %identity.username, "telegram: connected");
+        self.inbound.set_connected(CHANNEL, true, "polling");
+        Ok(Some(identity))
+    }
+
+    /// Poll until shutdown; a refused token is the only error that ends it.
+    pub(crate) async fn poll(&self, me: &BotIdentity) -> Result<(), ChannelError> {
+        let token = self.cfg.token.as_str();
+        let poll_secs = u32::try_from(self.cfg.poll_timeout.as_secs().max(1)).unwrap_or(10);
+        let watchdog = Duration::from_secs(u64::from(poll_secs)) + self.cfg.watchdog_margin;
+        let mut backoff = self.backoff();
+        let mut offset: i64 = 0;
+        // The offset Telegram last saw, i.e. what is confirmed there.
+        let mut told: i64 = 0;
+        let mut connected = true;
+        loop {
+            let req = self
+                .bot
+                .get_updates()
+                .offset(i32::try_from(offset).unwrap_or(i32::MAX))
+                .timeout(poll_secs)
+                .allowed_updates([AllowedUpdate::Message]);
+            let outcome = tokio::select! {
+                _ = self.shutdown.cancelled() => break,
+                r = tokio::time::timeout(watchdog, req.send()) => r,
+            };
+            let failure = match outcome {
+                Err(_) => {
+                    Failure::Transient(format!("getUpdates did not answer within {watchdog:?}"))
+                }
+                Ok(Err(e)) => classify(&e, token),
+                Ok(Ok(updates)) => {
+                    told = offset;
+                    backoff.reset();
+                    if !connected {
+                        tracing::info!("telegram: polling again");
+                        self.inbound.set_connected(CHANNEL, true, "polling");
+                        connected = true;
+                    }
+                    let mut failed = false;
+                    for update in updates {
+                        let id = i64::from(update.id.0);
+                        if id < offset {
+                            continue;
+                        }
+                        if let Err(e) = self.handle(update, me).await {
+                            tracing::warn!(update_id = id, error = %e,
+                                "telegram: publish failed; the update stays unconfirmed and will be redelivered");
+                            failed = true;
+                            break;
+                        }
+                        offset = id + 1;
+                    }
+                    if failed && !self.pause(backoff.next_delay()).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let wait = match &failure {
+                Failure::Unauthorized => {
+                    self.down("the bot token was refused");
+                    tracing::error!(
+                        "telegram: the bot token was refused (getUpdates: 401 Unauthorized)"
+                    );
+                    return Err(unauthorized());
+                }
+                Failure::RetryAfter(d) => *d,
+                Failure::Conflict(_) => {
+                    let d = backoff.next_delay();
+                    tracing::error!(retry_in = ?d,
+                        "telegram: another process is polling with this token (409 Conflict); \
+                         stop the other instance — retrying");
+                    self.down("409 Conflict: another process is polling with this token");
+                    d
+                }
+                Failure::Transient(t) | Failure::Permanent(t) => {
+                    let d = backoff.next_delay();
+                    tracing::warn!(error = %t, retry_in = ?d, "telegram: getUpdates failed");
+                    self.down("getUpdates failed");
+                    d
+                }
+            };
+            connected = false;
+            if !self.pause(wait).await {
+                break;
+            }
+        }
+        if offset > told {
+            // Tell Telegram what was published, so a restart does not see it again (the
+            // gateway would drop the duplicates anyway).
+            let confirm = self
+                .bot
+                .get_updates()
+                .offset(i32::try_from(offset).unwrap_or(i32::MAX))
+                .timeout(0)
+                .limit(1);
+            let _ = tokio::time::timeout(Duration::from_secs(2), confirm.send()).await;
+        }
+        self.down("stopped");
+        Ok(())
+    }
+
+    /// Map, download files, publish. Skipped updates count as handled.
+    async fn handle(&self, update: Update, me: &BotIdentity) -> Result<(), PublishError> {
+        let Some(mapped) = map_update(&update, me) else {
+            tracing::debug!(
+                update_id = update.id.0,
+                "telegram: skipping an update that is not a new message"
+            );
+            return Ok(());
+        };
+        let mut msg = mapped.msg;
+        for file in &mapped.files {
+            match media::download(
+                self.bot,
+                &self.cfg.token,
+                &self.cfg.inbox_dir,
+                self.cfg.max_file_bytes,
+                update.id.0,
+                file,
+            )
+            .await
+            {
+                Ok(a) => msg.attachments.push(a),
+                Err(e) => {
+                    tracing::warn!(update_id = update.id.0, error = %e, "telegram: file not downloaded");
+                    let note = media::note(file, &e);
+                    if msg.text.is_empty() {
+                        msg.text = note;
+                    } else {
+                        msg.text = format!("{}\n\n{note}", msg.text);
+                    }
+                }
+            }
+        }
+        self.inbound.publish(msg).await.map(|_| ())
+    }
+}

@@ -1,0 +1,299 @@
+//! Telegram update → [`InboundMessage`]: which updates count, the chat key, the sender,
+//! whether the bot is addressed, and the cleaned-up text. Pure: files are only listed here
+//! ([`FileRef`]) and downloaded by [`crate::media`].
+
+use serde_json::{Value, json};
+use switchboard_channel::{AttachmentKind, ChatKey, InboundMessage, Sender};
+use teloxide::types::{Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind, User};
+
+/// Who the bot is, from `getMe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BotIdentity {
+    pub id: u64,
+    /// Username without `@`.
+    pub username: String,
+}
+
+/// A file attached to a message, still on Telegram's side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileRef {
+    pub kind: AttachmentKind,
+    pub file_id: String,
+    pub unique_id: String,
+    /// Size Telegram announced (0 when unknown).
+    pub size: u64,
+    pub name: Option<String>,
+    pub mime: Option<String>,
+}
+
+/// A message to publish, with the files still to download.
+#[derive(Debug, Clone)]
+pub(crate) struct Mapped {
+    pub msg: InboundMessage,
+    pub files: Vec<FileRef>,
+}
+
+/// Map one update, or `None` when it is skipped on purpose: anything but a new message
+/// (edits, channel posts, callback queries, member updates, unknown kinds), and messages
+/// with neither text nor a supported file (stickers, service messages).
+pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
+    let UpdateKind::Message(m) = &update.kind else {
+        return None;
+    };
+    if m.chat.is_channel() {
+        return None;
+    }
+    let files = files_of(m);
+    let raw_text = m.text().or(m.caption()).unwrap_or_default();
+    if raw_text.trim().is_empty() && files.is_empty() {
+        return None;
+    }
+    let sender = sender_of(m)?;
+    let entities = m
+        .parse_entities()
+        .or_else(|| m.parse_caption_entities())
+        .unwrap_or_default();
+
+    let chat_id = m.chat.id.0;
+    let topic = m.thread_id.filter(|_| m.is_topic_message);
+    let key = match topic {
+        Some(t) => ChatKey::new("telegram", format!("{chat_id}:topic:{}", t.0.0)),
+        None => ChatKey::new("telegram", chat_id.to_string()),
+    };
+    // In a forum topic every message "replies" to the topic's creation message: not a reply.
+    let reply = m
+        .reply_to_message()
+        .filter(|r| topic.is_none_or(|t| r.id != t.0));
+    let replies_to_bot = reply
+        .and_then(|r| r.from.as_ref())
+        .is_some_and(|u| u.id.0 == me.id);
+    let mentions_bot = replies_to_bot || entities.iter().any(|e| addresses_bot(e, me));
+
+    let text = normalise_command(&strip_leading_mention(raw_text, &entities, me), me);
+    let mut msg = InboundMessage::text(
+        format!("telegram:update:{}", update.id.0),
+        key,
+        sender,
+        text,
+    );
+    msg.is_group = m.chat.is_group() || m.chat.is_supergroup();
+    msg.mentions_bot = mentions_bot;
+    let meta = &mut msg.metadata;
+    meta.insert("message_id".into(), json!(m.id.0.to_string()));
+    meta.insert("chat_type".into(), json!(chat_type(m)));
+    if let Some(title) = m.chat.title() {
+        meta.insert("chat_title".into(), json!(title));
+    }
+    if let Some(t) = topic {
+        meta.insert("thread_id".into(), json!(t.0.0.to_string()));
+    }
+    if let Some(r) = reply {
+        msg.reply_to = Some(r.id.0.to_string());
+        if let Some(t) = r.text().or(r.caption()) {
+            meta.insert("reply_to_text".into(), Value::String(t.to_string()));
+        }
+    }
+    Some(Mapped { msg, files })
+}
+
+fn chat_type(m: &Message) -> &'static str {
+    let c = &m.chat;
+    if c.is_private() {
+        "private"
+    } else if c.is_supergroup() {
+        "supergroup"
+    } else if c.is_group() {
+        "group"
+    } else {
+        "channel"
+    }
+}
+
+/// The person (or, for anonymous admins, the chat) that sent the message.
+fn sender_of(m: &Message) -> Option<Sender> {
+    if let Some(u) = &m.from {
+        return Some(user_sender(u));
+    }
+    let c = m.sender_chat.as_ref()?;
+    Some(Sender {
+        id: c.id.0.to_string(),
+        username: c.username().map(str::to_string),
+        display_name: c.title().unwrap_or_default().to_string(),
+        is_owner: false,
+    })
+}
+
+fn user_sender(u: &User) -> Sender {
+    let display_name = match &u.last_name {
+        Some(l) if !l.is_empty() => format!("{} {l}", u.first_name),
+        _ => u.first_name.clone(),
+    };
+    Sender {
+        id: u.id.0.to_string(),
+        username: u.username.clone(),
+        display_name,
+        is_owner: false,
+    }
+}
+
+/// Whether an entity addresses the bot: `@username`, a `text_mention` of its id, or a
+/// `/command@username`.
+fn addresses_bot(e: &MessageEntityRef<'_>, me: &BotIdentity) -> bool {
+    match e.kind() {
+        MessageEntityKind::Mention => is_bot_name(e.text().trim_start_matches('@'), me),
+        MessageEntityKind::TextMention { user } => user.id.0 == me.id,
+        MessageEntityKind::BotCommand => e
+            .text()
+            .split_once('@')
+            .is_some_and(|(_, name)| is_bot_name(name, me)),
+        _ => false,
+    }
+}
+
+fn is_bot_name(name: &str, me: &BotIdentity) -> bool {
+    !me.username.is_empty() && name.eq_ignore_ascii_case(&me.username)
+}
+
+/// Drop a mention of the bot at the very start ("@bot, what's up" → "what's up").
+fn strip_leading_mention(
+    text: &str,
+    entities: &[MessageEntityRef<'_>],
+    me: &BotIdentity,
+) -> String {
+    let lead = text.len() - text.trim_start().len();
+    let leading = entities.iter().find(|e| {
+        e.start() == lead
+            && matches!(
+                e.kind(),
+                MessageEntityKind::Mention | MessageEntityKind::TextMention { .. }
+            )
+            && addresses_bot(e, me)
+    });
+    match leading {
+        Some(e) => text[e.end()..]
+            .trim_start_matches(|c: char| c.is_whitespace() || c == ',' || c == ':')
+            .to_string(),
+        None => text.to_string(),
+    }
+}
+
+/// `/cmd@botname args` → `/cmd args`; commands for other bots stay as they are.
+fn normalise_command(text: &str, me: &BotIdentity) -> String {
+    if !text.starts_with('/') {
+        return text.to_string();
+    }
+    let end = text.find(char::is_whitespace).unwrap_or(text.len());
+    match text[..end].split_once('@') {
+        Some((cmd, name)) if is_bot_name(name, me) => format!("{cmd}{}", &text[end..]),
+        _ => text.to_string(),
+    }
+}
+
+/// Photos (largest size), documents, voice notes and audio files of a message.
+fn files_of(m: &Message) -> Vec<FileRef> {
+    let mut out = Vec::new();
+    if let Some(p) = m.photo().and_then(|sizes| {
+        sizes
+            .iter()
+            .max_by_key(|s| (u64::from(s.width) * u64::from(s.height), s.file.size))
+    }) {
+        out.push(FileRef {
+            kind: AttachmentKind::Image,
+            file_id: p.file.id.0.clone(),
+            unique_id: p.file.unique_id.0.clone(),
+            size: u64::from(p.file.size),
+            name: None,
+            mime: Some("image/jpeg".into()),
+        });
+    }
+    if let Some(d) = m.document() {
+        out.push(FileRef {
+            kind: AttachmentKind::Document,
+            file_id: d.file.id.0.clone(),
+            unique_id: d.file.unique_id.0.clone(),
+            size: u64::from(d.file.size),
+            name: d.file_name.clone(),
+            mime: d.mime_type.as_ref().map(|m| m.to_string()),
+        });
+    }
+    if let Some(v) = m.voice() {
+        out.push(FileRef {
+            kind: AttachmentKind::Voice,
+            file_id: v.file.id.0.clone(),
+            unique_id: v.file.unique_id.0.clone(),
+            size: u64::from(v.file.size),
+            name: None,
+            mime: v.mime_type.as_ref().map(|m| m.to_string()),
+        });
+    }
+    if let Some(a) = m.audio() {
+        out.push(FileRef {
+            kind: AttachmentKind::Audio,
+            file_id: a.file.id.0.clone(),
+            unique_id: a.file.unique_id.0.clone(),
+            size: u64::from(a.file.size),
+            name: a.file_name.clone(),
+            mime: a.mime_type.as_ref().map(|m| m.to_string()),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> BotIdentity {
+        BotIdentity {
+            id: 42,
+            username: "my_bot".into(),
+        }
+    }
+
+    fn update(v: Value) -> Update {
+        serde_json::from_value(v).expect("valid update")
+    }
+
+    #[test]
+    fn commands_for_this_bot_are_normalised() {
+        assert_eq!(
+            normalise_command("/status@My_Bot now", &me()),
+            "/status now"
+        );
+        assert_eq!(normalise_command("/help@my_bot", &me()), "/help");
+        assert_eq!(
+            normalise_command("/help@other_bot", &me()),
+            "/help@other_bot"
+        );
+        assert_eq!(normalise_command("hi /x@my_bot", &me()), "hi /x@my_bot");
+    }
+
+    #[test]
+    fn group_command_addressed_to_the_bot_counts_as_a_mention() {
+        let u = update(json!({"update_id": 5, "message": {
+            "message_id": 9, "date": 1, "chat": {"id": -5, "type": "group", "title": "G"},
+            "from": {"id": 7, "is_bot": false, "first_name": "Ann", "last_name": "Lee"},
+            "text": "/new@my_bot",
+            "entities": [{"type": "bot_command", "offset": 0, "length": 11}]}}));
+        let m = map_update(&u, &me()).expect("mapped").msg;
+        assert_eq!(m.text, "/new");
+        assert!(m.mentions_bot && m.is_group);
+        assert_eq!(m.sender.display_name, "Ann Lee");
+        assert_eq!(m.metadata["chat_type"], json!("group"));
+        assert_eq!(m.metadata["chat_title"], json!("G"));
+    }
+
+    #[test]
+    fn mention_after_non_ascii_text_is_found_by_utf16_offsets() {
+        // "Привет 👋 @my_bot": the emoji is two UTF-16 units.
+        let text = "Привет 👋 @my_bot";
+        let u = update(json!({"update_id": 6, "message": {
+            "message_id": 10, "date": 1, "chat": {"id": -5, "type": "supergroup", "title": "G"},
+            "from": {"id": 7, "is_bot": false, "first_name": "Ann"},
+            "text": text,
+            "entities": [{"type": "mention", "offset": 10, "length": 7}]}}));
+        let m = map_update(&u, &me()).expect("mapped").msg;
+        assert!(m.mentions_bot);
+        assert_eq!(m.text, text);
+    }
+}

@@ -1,0 +1,193 @@
+//! Downloading a message's files into the workspace inbox, within the size limit.
+//!
+//! `getFile` gives the path, `{api_url}/file/bot{token}/{path}` the bytes. The file is
+//! streamed to `<name>.part` with a running size check and renamed when complete, so a
+//! crash never leaves a half file under the final name. Problems become a note in the
+//! message text instead of losing the message.
+
+use std::path::{Path, PathBuf};
+
+use futures_util::StreamExt;
+use switchboard_channel::{Attachment, AttachmentKind};
+use teloxide::Bot;
+use teloxide::net::Download;
+use teloxide::prelude::Requester;
+use teloxide::types::FileId;
+use tokio::io::AsyncWriteExt;
+
+use crate::errors::scrub;
+use crate::mapping::FileRef;
+
+/// Why a file was not downloaded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MediaError {
+    #[error("larger than the {limit} limit")]
+    TooLarge { limit: String },
+    #[error("Telegram would not give the file: {0}")]
+    Api(String),
+    #[error("download failed: {0}")]
+    Download(String),
+    #[error("could not write to the inbox: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Download `file` into `inbox`; `tag` (the update id) keeps names unique.
+pub(crate) async fn download(
+    bot: &Bot,
+    token: &str,
+    inbox: &Path,
+    max_bytes: u64,
+    tag: u32,
+    file: &FileRef,
+) -> Result<Attachment, MediaError> {
+    let too_large = || MediaError::TooLarge {
+        limit: human_size(max_bytes),
+    };
+    if file.size > max_bytes {
+        return Err(too_large());
+    }
+    let meta = bot
+        .get_file(FileId(file.file_id.clone()))
+        .await
+        .map_err(|e| MediaError::Api(scrub(&e.to_string(), token)))?;
+    if u64::from(meta.meta.size) > max_bytes {
+        return Err(too_large());
+    }
+    tokio::fs::create_dir_all(inbox).await?;
+    let dest = inbox.join(file_name(tag, file, &meta.path));
+    let part = dest.with_extension(match dest.extension() {
+        Some(e) => format!("{}.part", e.to_string_lossy()),
+        None => "part".to_string(),
+    });
+    let mut out = tokio::fs::File::create(&part).await?;
+    let mut stream = bot.download_file_stream(&meta.path);
+    let mut written: u64 = 0;
+    let result: Result<(), MediaError> = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk
+                .map_err(|e| MediaError::Download(scrub(&e.without_url().to_string(), token)))?;
+            written += chunk.len() as u64;
+            if written > max_bytes {
+                return Err(too_large());
+            }
+            out.write_all(&chunk).await?;
+        }
+        out.flush().await?;
+        out.sync_all().await?;
+        Ok(())
+    }
+    .await;
+    drop(out);
+    if let Err(e) = result {
+        let _ = tokio::fs::remove_file(&part).await;
+        return Err(e);
+    }
+    tokio::fs::rename(&part, &dest).await?;
+    Ok(Attachment {
+        kind: file.kind,
+        name: file.name.clone(),
+        mime: file.mime.clone(),
+        location: dest.to_string_lossy().into_owned(),
+        size: written,
+    })
+}
+
+/// `tg-<update>-<unique id>[-<original name>]`, keeping the extension, with only safe
+/// characters (a file name from Telegram must not escape the inbox).
+fn file_name(tag: u32, file: &FileRef, remote_path: &str) -> PathBuf {
+    let original = file
+        .name
+        .clone()
+        .or_else(|| remote_path.rsplit('/').next().map(str::to_string))
+        .unwrap_or_default();
+    let safe: String = original
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let safe = safe.trim_start_matches('.');
+    let unique: String = file
+        .unique_id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect();
+    if safe.is_empty() {
+        PathBuf::from(format!("tg-{tag}-{unique}"))
+    } else {
+        PathBuf::from(format!("tg-{tag}-{unique}-{safe}"))
+    }
+}
+
+/// The note added to the message text when a file could not be downloaded.
+pub(crate) fn note(file: &FileRef, err: &MediaError) -> String {
+    let what = match file.kind {
+        AttachmentKind::Image => "photo",
+        AttachmentKind::Audio => "audio file",
+        AttachmentKind::Voice => "voice message",
+        AttachmentKind::Video => "video",
+        AttachmentKind::Document => "document",
+    };
+    let name = file
+        .name
+        .as_deref()
+        .map(|n| format!(" {n}"))
+        .unwrap_or_default();
+    let size = if file.size > 0 {
+        format!(" ({})", human_size(file.size))
+    } else {
+        String::new()
+    };
+    format!("[{what}{name}{size} not downloaded: {err}]")
+}
+
+fn human_size(bytes: u64) -> String {
+    const MB: u64 = 1024 * 1024;
+    if bytes >= MB {
+        format!("{:.1} MB", bytes as f64 / MB as f64)
+    } else if bytes >= 1024 {
+        format!("{:.1} KB", bytes as f64 / 1024.0)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: Option<&str>) -> FileRef {
+        FileRef {
+            kind: AttachmentKind::Document,
+            file_id: "F".into(),
+            unique_id: "AQAD-x1".into(),
+            size: 30 * 1024 * 1024,
+            name: name.map(str::to_string),
+            mime: None,
+        }
+    }
+
+    #[test]
+    fn file_names_stay_inside_the_inbox() {
+        let n = file_name(7, &file(Some("../../etc/passwd")), "documents/file_1.pdf");
+        assert_eq!(n, PathBuf::from("tg-7-AQADx1-_.._etc_passwd"));
+        assert_eq!(n.components().count(), 1);
+        let p = file_name(8, &file(None), "photos/file_3.jpg");
+        assert_eq!(p, PathBuf::from("tg-8-AQADx1-file_3.jpg"));
+    }
+
+    #[test]
+    fn too_large_note_names_the_file_and_limit() {
+        let e = MediaError::TooLarge {
+            limit: human_size(20 * 1024 * 1024),
+        };
+        assert_eq!(
+            note(&file(Some("big.zip")), &e),
+            "[document big.zip (30.0 MB) not downloaded: larger than the 20.0 MB limit]"
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! OpenAI Chat Completions wire format: `chat.completion` JSON, `chat.completion.chunk`
+//! SSE, and `{"error":{message,type,param,code}}` errors.
+
+use serde_json::{Value, json};
+
+use super::reply::{ErrorReply, Reply, ReplyKind, ToolCall, estimate_tokens, split_chars};
+use super::server::{Ctx, Rendered, Rendering};
+
+/// An OpenAI error body.
+fn error_body(kind: &str, message: &str, code: Option<&str>, param: Option<&str>) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+}
+
+/// Rejects what the real API rejects before generating anything.
+pub(super) fn validate(body: &Value) -> Option<Rendered> {
+    let invalid = |message: &str, param: Option<&str>| {
+        let body = error_body("invalid_request_error", message, None, param);
+        Some(Rendered::json(400, body))
+    };
+    if !body.is_object() {
+        return invalid("We could not parse the JSON body of your request.", None);
+    }
+    if body.get("model").and_then(Value::as_str).is_none() {
+        return invalid("you must provide a model parameter", Some("model"));
+    }
+    if !body.get("messages").is_some_and(Value::is_array) {
+        return invalid("Missing required parameter: 'messages'.", Some("messages"));
+    }
+    None
+}
+
+/// Renders `reply` as OpenAI would answer `ctx`'s request.
+pub(super) fn render(reply: &Reply, ctx: &Ctx<'_>) -> Rendered {
+    match &reply.kind {
+        ReplyKind::Error(error) => {
+            let mut rendered = render_error(error);
+            rendered.retry_after = reply.retry_after;
+            rendered
+        }
+        ReplyKind::Message {
+            text,
+            tool_calls,
+            truncated,
+        } => {
+            let finish = if *truncated {
+                "length"
+            } else if tool_calls.is_empty() {
+                "stop"
+            } else {
+                "tool_calls"
+            };
+            let (prompt, completion) = reply.usage.unwrap_or_else(|| {
+                let size = text.len() + tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>();
+                (ctx.prompt_tokens, estimate_tokens(size))
+            });
+            let usage = json!({"prompt_tokens": prompt, "completion_tokens": completion,
+                               "total_tokens": prompt + completion});
+            let body = if ctx.stream {
+                Rendering::Events(stream(ctx, text, tool_calls, finish, usage))
+            } else {
+                Rendering::Json(whole(ctx, text, tool_calls, finish, usage))
+            };
+            Rendered {
+                status: 200,
+                retry_after: None,
+                body,
+            }
+        }
+    }
+}
+
+fn render_error(error: &ErrorReply) -> Rendered {
+    let (status, body) = match error {
+        ErrorReply::Raw { status, body } => (*status, body.clone()),
+        ErrorReply::RateLimited => (
+            429,
+            error_body(
+                "requests",
+                "Rate limit reached for requests. Please try again later.",
+                Some("rate_limit_exceeded"),
+                None,
+            ),
+        ),
+        ErrorReply::Server => (
+            500,
+            error_body(
+                "server_error",
+                "The server had an error while processing your request. Sorry about that!",
+                None,
+                None,
+            ),
+        ),
+        ErrorReply::Overloaded => (
+            529,
+            error_body(
+                "server_error",
+                "The engine is currently overloaded, please try again later.",
+                Some("overloaded"),
+                None,
+            ),
+        ),
+        ErrorReply::ContextOverflow => (
+            400,
+            error_body(
+                "invalid_request_error",
+                "This model's maximum context length is 128000 tokens. However, your messages \
+                 resulted in 130000 tokens. Please reduce the length of the messages.",
+                Some("context_length_exceeded"),
+                Some("messages"),
+            ),
+        ),
+    };
+    Rendered::json(status, body)
+}
+
+fn call_id(ctx: &Ctx<'_>, index: usize, call: &ToolCall) -> String {
+    call.id
+        .clone()
+        .unwrap_or_else(|| format!("call_fake{}_{index}", ctx.id))
+}
+
+/// The non-stream `chat.completion` object.
+fn whole(ctx: &Ctx<'_>, text: &str, calls: &[ToolCall], finish: &str, usage: Value) -> Value {
+    let mut message = json!({"role": "assistant", "content": text, "refusal": null});
+    if !calls.is_empty() {
+        if text.is_empty() {
+            message["content"] = Value::Null;
+        }
+        let calls: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| {
+                json!({"id": call_id(ctx, i, call), "type": "function",
+                       "function": {"name": call.name, "arguments": call.arguments}})
+            })
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
+    }
+    json!({
+        "id": format!("chatcmpl-fake{}", ctx.id),
+        "object": "chat.completion",
+        "created": ctx.created,
+        "model": ctx.model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
+        "usage": usage,
+        "system_fingerprint": "fp_fake",
+    })
+}
+
+/// The `chat.completion.chunk` events: role, content pieces, tool-call headers and
+/// argument fragments, the finish chunk, the usage chunk (if asked), `[DONE]`.
+fn stream(
+    ctx: &Ctx<'_>,
+    text: &str,
+    calls: &[ToolCall],
+    finish: &str,
+    usage: Value,
+) -> Vec<String> {
+    let mut deltas = Vec::new();
+    if !text.is_empty() || calls.is_empty() {
+        deltas.push(json!({"role": "assistant", "content": "", "refusal": null}));
+        deltas.extend(split_chars(text, ctx.chunk_chars).map(|piece| json!({"content": piece})));
+    }
+    for (index, call) in calls.iter().enumerate() {
+        deltas.push(json!({"tool_calls": [{
+            "index": index, "id": call_id(ctx, index, call), "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }]}));
+        deltas.extend(split_chars(&call.arguments, ctx.chunk_chars).map(|fragment| {
+            json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+        }));
+    }
+    match deltas.first_mut().and_then(Value::as_object_mut) {
+        // A tool-call-only answer: the role rides on the first tool-call delta.
+        Some(first) if !first.contains_key("role") => {
+            first.insert("role".into(), json!("assistant"));
+            first.insert("content".into(), Value::Null);
+        }
+        _ => {}
+    }
+    let id = format!("chatcmpl-fake{}", ctx.id);
+    let chunk = |choices: Value, usage: Value| {
+        let mut chunk = json!({"id": id, "object": "chat.completion.chunk", "created": ctx.created,
+                               "model": ctx.model, "system_fingerprint": "fp_fake",
+                               "choices": choices});
+        if ctx.include_usage {
+            // OpenAI sends `usage: null` on every chunk but the last when usage is asked.
+            chunk["usage"] = usage;
+        }
+        format!("data: {chunk}\n\n")
+    };
+    let mut events: Vec<String> = deltas
+        .into_iter()
+        .map(|delta| {
+            chunk(
+                json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}]),
+                Value::Null,
+            )
+        })
+        .collect();
+    events.push(chunk(
+        json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish}]),
+        Value::Null,
+    ));
+    if ctx.include_usage {
+        events.push(chunk(json!([]), usage));
+    }
+    events.push("data: [DONE]\n\n".to_owned());
+    events
+}

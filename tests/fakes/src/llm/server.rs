@@ -1,0 +1,327 @@
+//! HTTP side of the fake LLM: routes, request recording, reply selection, responses.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::reply::{Reply, estimate_tokens};
+use super::{Default, RecordedRequest, Shared, anthropic, body_last_user_text, openai};
+
+/// Which wire format a request speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Provider {
+    OpenAi,
+    Anthropic,
+}
+
+/// What a renderer needs to know about the request being answered.
+pub(super) struct Ctx<'a> {
+    /// Unique number of this request, used in ids.
+    pub id: u64,
+    pub model: &'a str,
+    pub stream: bool,
+    /// OpenAI `stream_options.include_usage`.
+    pub include_usage: bool,
+    pub prompt_tokens: u64,
+    pub chunk_chars: usize,
+    /// Unix seconds.
+    pub created: u64,
+}
+
+/// A rendered answer: status, optional `Retry-After`, JSON or SSE events.
+pub(super) struct Rendered {
+    pub status: u16,
+    pub retry_after: Option<u64>,
+    pub body: Rendering,
+}
+
+/// Body of a [`Rendered`] answer.
+pub(super) enum Rendering {
+    Json(Value),
+    /// Complete SSE events, each ending in a blank line.
+    Events(Vec<String>),
+}
+
+impl Rendered {
+    pub fn json(status: u16, body: Value) -> Self {
+        Self {
+            status,
+            retry_after: None,
+            body: Rendering::Json(body),
+        }
+    }
+}
+
+/// Serves `listener` until `token` is cancelled.
+pub(super) fn spawn(listener: TcpListener, shared: Arc<Shared>, token: CancellationToken) {
+    let app = Router::new()
+        .route("/v1/chat/completions", post(openai_chat))
+        .route("/chat/completions", post(openai_chat))
+        .route("/v1/messages", post(anthropic_messages))
+        .route("/messages", post(anthropic_messages))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .fallback(not_found)
+        // Context-overflow tests send large prompts; the real APIs accept megabytes.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(shared);
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await;
+        if let Err(error) = served {
+            tracing::warn!(%error, "fake LLM server stopped");
+        }
+    });
+}
+
+async fn openai_chat(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    complete(&shared, Provider::OpenAi, uri, headers, body).await
+}
+
+async fn anthropic_messages(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    complete(&shared, Provider::Anthropic, uri, headers, body).await
+}
+
+/// One completion request, whichever the provider.
+async fn complete(
+    shared: &Shared,
+    provider: Provider,
+    uri: Uri,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let at = Instant::now();
+    let id = shared.ids.fetch_add(1, Ordering::Relaxed);
+    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    let include_usage = body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        == Some(true);
+
+    let invalid = validate(provider, &headers, &body);
+    // Scripts are consumed only by requests the real API would have accepted.
+    let picked = invalid.is_none().then(|| pick(shared, &model, &body));
+    record(shared, uri.path(), &model, &headers, body, stream, at);
+
+    if let Some(rendered) = invalid {
+        return respond(rendered, Duration::ZERO, id);
+    }
+    let Some((reply, delay, chunk_chars)) = picked else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let wait = delay + reply.delay;
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    let ctx = Ctx {
+        id,
+        model: &model,
+        stream,
+        include_usage,
+        prompt_tokens: estimate_tokens(raw.len()),
+        chunk_chars,
+        created: unix_now(),
+    };
+    let rendered = match provider {
+        Provider::OpenAi => openai::render(&reply, &ctx),
+        Provider::Anthropic => anthropic::render(&reply, &ctx),
+    };
+    respond(rendered, reply.chunk_delay, id)
+}
+
+/// The provider's 4xx for a request the real API would reject, if any.
+fn validate(provider: Provider, headers: &HeaderMap, body: &Value) -> Option<Rendered> {
+    match provider {
+        Provider::OpenAi => openai::validate(body),
+        Provider::Anthropic => anthropic::validate(headers, body),
+    }
+}
+
+/// Chooses the reply: failing model, routed FIFO, global FIFO, default responder.
+/// Returns it with the global delay and the stream chunk size.
+fn pick(shared: &Shared, model: &str, body: &Value) -> (Reply, Duration, usize) {
+    let default = {
+        let mut state = shared.lock();
+        let (delay, chunk) = (state.delay, state.chunk_chars);
+        if let Some((_, reply)) = state.failing.iter().find(|(m, _)| m == model) {
+            return (reply.clone(), delay, chunk);
+        }
+        if !state.routed.is_empty() {
+            let text = body_last_user_text(body).unwrap_or_default();
+            let hit = state
+                .routed
+                .iter()
+                .position(|(matcher, _)| text.contains(matcher.as_str()));
+            if let Some(index) = hit {
+                let queue = &mut state.routed[index].1;
+                let reply = queue.pop_front();
+                if queue.is_empty() {
+                    // Keeps the matcher list short when thousands of chats script replies.
+                    state.routed.remove(index);
+                }
+                if let Some(reply) = reply {
+                    return (reply, delay, chunk);
+                }
+            }
+        }
+        if let Some(reply) = state.queue.pop_front() {
+            return (reply, delay, chunk);
+        }
+        (state.default.clone(), delay, chunk)
+    };
+    // The custom responder runs outside the lock: it may call back into the fake.
+    let (default, delay, chunk) = default;
+    let reply = match default {
+        Default::Echo => Reply::echo(&body_last_user_text(body).unwrap_or_default()),
+        Default::Fixed(reply) => reply,
+        Default::Custom(responder) => responder(body),
+    };
+    (reply, delay, chunk)
+}
+
+/// Records the request (when recording is on) and bumps the count, in that order, so a
+/// waiter woken by the count finds the request recorded.
+fn record(
+    shared: &Shared,
+    path: &str,
+    model: &str,
+    headers: &HeaderMap,
+    body: Value,
+    stream: bool,
+    at: Instant,
+) {
+    if shared.recording.load(Ordering::Relaxed) {
+        let mut map = std::collections::BTreeMap::new();
+        for (name, value) in headers {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            map.entry(name.as_str().to_owned())
+                .and_modify(|v: &mut String| {
+                    v.push_str(", ");
+                    v.push_str(&value);
+                })
+                .or_insert(value);
+        }
+        let request = RecordedRequest {
+            path: path.to_owned(),
+            model: model.to_owned(),
+            headers: map,
+            body,
+            stream,
+            at,
+        };
+        shared.lock().requests.push(request);
+    }
+    shared.count.send_modify(|count| *count += 1);
+}
+
+/// `GET /v1/models`, in Anthropic's shape when `anthropic-version` is sent.
+async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    let at = Instant::now();
+    let id = shared.ids.fetch_add(1, Ordering::Relaxed);
+    let models = shared.lock().models.clone();
+    let anthropic = headers.contains_key("anthropic-version");
+    record(&shared, uri.path(), "", &headers, Value::Null, false, at);
+    let body = if anthropic {
+        let data: Vec<Value> = models
+            .iter()
+            .map(|m| {
+                json!({"type": "model", "id": m, "display_name": m,
+                       "created_at": "2025-01-01T00:00:00Z"})
+            })
+            .collect();
+        json!({"data": data, "has_more": false,
+               "first_id": models.first(), "last_id": models.last()})
+    } else {
+        let data: Vec<Value> = models
+            .iter()
+            .map(|m| json!({"id": m, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}))
+            .collect();
+        json!({"object": "list", "data": data})
+    };
+    respond(Rendered::json(200, body), Duration::ZERO, id)
+}
+
+async fn not_found(uri: Uri) -> Response {
+    let body = json!({"error": {"message": format!("Unknown path {}", uri.path()),
+                                "type": "invalid_request_error", "param": null, "code": "unknown_url"}});
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+/// Builds the HTTP response; SSE events are sent in one write unless `chunk_delay` is set.
+fn respond(rendered: Rendered, chunk_delay: Duration, id: u64) -> Response {
+    let status = StatusCode::from_u16(rendered.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut builder = Response::builder()
+        .status(status)
+        .header("x-request-id", format!("req_fake{id}"))
+        .header("request-id", format!("req_fake{id}"));
+    if let Some(secs) = rendered.retry_after {
+        builder = builder.header(header::RETRY_AFTER, secs.to_string());
+    }
+    let built = match rendered.body {
+        Rendering::Json(value) => builder
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(value.to_string())),
+        Rendering::Events(events) => {
+            let builder = builder
+                .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
+                .header(header::CACHE_CONTROL, "no-cache");
+            if chunk_delay.is_zero() {
+                builder.body(Body::from(events.concat()))
+            } else {
+                builder.body(Body::from_stream(paced(events, chunk_delay)))
+            }
+        }
+    };
+    built.unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The events one by one, `delay` apart.
+fn paced(
+    events: Vec<String>,
+    delay: Duration,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures_util::stream::unfold(
+        (events.into_iter(), true),
+        move |(mut events, first)| async move {
+            let event = events.next()?;
+            if !first {
+                tokio::time::sleep(delay).await;
+            }
+            Some((Ok(Bytes::from(event)), (events, false)))
+        },
+    )
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
