@@ -19,6 +19,9 @@ pub struct Session {
     /// Assistant turns completed (drives the identity re-anchor).
     #[serde(default)]
     pub turns: u64,
+    /// When the last turn was stored (drives the date/time refresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 fn key_bytes(key: &ChatKey) -> Vec<u8> {
@@ -48,6 +51,18 @@ impl Session {
         }
         let body = serde_json::to_vec(self).unwrap_or_default();
         batch.put(Tree::Sessions, key_bytes(key), body);
+    }
+
+    /// Fold every message before the last `keep` (cut at a user message, so tool pairs stay
+    /// together) into the compaction summary. Returns whether anything was folded.
+    pub fn compact(&mut self, keep: usize) -> bool {
+        let start = self.messages.len() - self.window(keep).len();
+        if start == 0 {
+            return false;
+        }
+        let older: Vec<ChatMessage> = self.messages.drain(..start).collect();
+        self.summary = Some(super::context::summarize(self.summary.as_deref(), &older));
+        true
     }
 
     pub fn reset(key: &ChatKey, batch: &mut Batch) {
