@@ -1,1 +1,144 @@
-//! placeholder
+//! Discord adapter for switchboard, on serenity 0.12.
+//!
+//! - [`DiscordChannel`] implements [`switchboard_channel::Channel`]: `run` keeps a gateway
+//!   connection up, `send` posts replies, `typing` shows the indicator.
+//! - `gateway`: the serenity client's life cycle: preflight checks (token, gateway URL),
+//!   start, a watchdog that restarts a stalled client with backoff, prompt shutdown.
+//! - `intake`: `MESSAGE_CREATE` → [`switchboard_channel::InboundMessage`] (mentions,
+//!   replies, attachments), published through the gateway's `InboundSender`.
+//! - `rest`: the few REST calls the adapter makes itself (message posts, typing, `/users/@me`,
+//!   `/gateway`), with 429 `retry_after` visible, which serenity hides when its rate limiter
+//!   is disabled.
+//! - `send`: rendering and chunking through `switchboard_channel::format`, replies, safe
+//!   `allowed_mentions`, retries without ever posting a delivered chunk twice.
+
+mod gateway;
+mod intake;
+mod rest;
+mod send;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use switchboard_channel::{
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
+    SendError, SendReceipt,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Discord's public API; any other `api_url` is a proxy or a fake.
+pub const DISCORD_API_URL: &str = "https://discord.com";
+
+/// Settings of the Discord adapter (`[channels.discord]`).
+#[derive(Clone)]
+pub struct DiscordConfig {
+    /// Bot token (from the environment variable named by `token_env`). Never logged.
+    pub token: String,
+    /// `https://discord.com`, or a proxy / fake base such as `http://127.0.0.1:PORT`.
+    pub api_url: String,
+    /// Longest message posted, in characters (Discord: 2000).
+    pub max_message_len: usize,
+    /// A client that received no gateway event and no heartbeat ACK for this long is
+    /// restarted. Keep it above Discord's heartbeat interval (about 41 s).
+    pub stall_timeout: Duration,
+    /// Longest `retry_after` that `send` waits out itself; a longer one is returned as
+    /// [`SendError::RetryAfter`] for the outbox to schedule.
+    pub max_inline_wait: Duration,
+}
+
+impl DiscordConfig {
+    /// Config with Discord's defaults for everything but the token and the API URL.
+    pub fn new(token: impl Into<String>, api_url: impl Into<String>) -> Self {
+        Self {
+            token: token.into(),
+            api_url: api_url.into(),
+            max_message_len: 2000,
+            stall_timeout: Duration::from_secs(90),
+            max_inline_wait: Duration::from_secs(30),
+        }
+    }
+
+    /// Whether `api_url` is Discord itself (serenity's own rate limiter stays on).
+    pub fn is_discord(&self) -> bool {
+        self.api_url.trim_end_matches('/') == DISCORD_API_URL
+    }
+}
+
+impl std::fmt::Debug for DiscordConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscordConfig")
+            .field("token", &"<redacted>")
+            .field("api_url", &self.api_url)
+            .field("max_message_len", &self.max_message_len)
+            .field("stall_timeout", &self.stall_timeout)
+            .field("max_inline_wait", &self.max_inline_wait)
+            .finish()
+    }
+}
+
+/// The Discord channel: servers, threads (each its own chat) and DMs.
+pub struct DiscordChannel {
+    cfg: DiscordConfig,
+    rest: rest::Rest,
+    sent: send::DeliveredChunks,
+}
+
+impl DiscordChannel {
+    /// Build the adapter; fails only on an unusable config (no network I/O here).
+    pub fn new(cfg: DiscordConfig) -> Result<Self, ChannelError> {
+        if cfg.token.trim().is_empty() {
+            return Err(ChannelError::Unauthorized(
+                "discord: the bot token is empty".into(),
+            ));
+        }
+        if !(cfg.api_url.starts_with("http://") || cfg.api_url.starts_with("https://")) {
+            return Err(ChannelError::Other(format!(
+                "discord: api_url {:?} must start with http:// or https://",
+                cfg.api_url
+            )));
+        }
+        let rest = rest::Rest::new(&cfg.token, &cfg.api_url)?;
+        Ok(Self {
+            cfg,
+            rest,
+            sent: send::DeliveredChunks::default(),
+        })
+    }
+}
+
+#[async_trait]
+impl Channel for DiscordChannel {
+    fn name(&self) -> &str {
+        "discord"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            edits: true,
+            typing: true,
+            threads: true,
+            max_message_len: self.cfg.max_message_len,
+            dialect: Dialect::Markdown,
+        }
+    }
+
+    async fn run(
+        &self,
+        inbound: InboundSender,
+        shutdown: CancellationToken,
+    ) -> Result<(), ChannelError> {
+        gateway::run(&self.cfg, &self.rest, inbound, shutdown).await
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+        send::send(&self.rest, self.capabilities(), &self.cfg, &self.sent, msg).await
+    }
+
+    async fn typing(&self, key: &ChatKey) -> Result<(), SendError> {
+        let channel_id = send::channel_id(key)?;
+        self.rest
+            .typing(channel_id)
+            .await
+            .map_err(send::to_send_error)
+    }
+}

@@ -1,1 +1,253 @@
-//! placeholder
+//! The Slack adapter of switchboard, on slack-morphism.
+//!
+//! Intake comes over Socket Mode ([`socket`], when an app token is set) or the Events API
+//! ([`SlackChannel::handle_events_request`], mounted by the gateway at `POST /slack/events`,
+//! when a signing secret is set). Both hand the `event_callback` JSON to [`inbound`], which
+//! decides what counts and builds the [`switchboard_channel::InboundMessage`]; it is published through the
+//! gateway's [`InboundSender`] *before* Slack is acknowledged. Replies go out through
+//! [`send`] (render to mrkdwn, split, `chat.postMessage` in thread, 429s honoured) over the
+//! Web API client in [`web`]. [`memory`] keeps the few bounded facts intake and replies share.
+//!
+//! - [`config`]: [`SlackConfig`].
+//! - [`web`]: Web API calls and their errors.
+//! - [`inbound`]: event rules and keys.
+//! - [`events_api`]: signed HTTP intake.
+//! - [`socket`]: Socket Mode supervisor (reconnects, watchdog, shutdown).
+//! - [`send`]: replies and the 👀 reaction.
+//! - [`memory`]: bounded shared memories.
+
+mod config;
+mod events_api;
+mod inbound;
+mod memory;
+mod send;
+mod socket;
+mod web;
+
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use switchboard_channel::{
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
+    PublishError, SendError, SendReceipt,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+pub use config::{SLACK_MAX_MESSAGE_LEN, SlackConfig};
+
+use inbound::Intake;
+use memory::Memory;
+use web::{BotIdentity, WebApi};
+
+/// The channel name, first part of every key this adapter makes.
+pub const NAME: &str = "slack";
+
+/// Why an event could not be taken in; Slack must not be acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IntakeError {
+    #[error("the slack channel is not running yet")]
+    NotRunning,
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+}
+
+/// State shared by the channel, its Socket Mode callbacks and its HTTP handler.
+pub(crate) struct Shared {
+    pub cfg: SlackConfig,
+    pub web: WebApi,
+    identity: RwLock<Option<BotIdentity>>,
+    inbound: RwLock<Option<InboundSender>>,
+    memory: Mutex<Memory>,
+    /// When Socket Mode last received something (`hello` or an event).
+    last_activity: Mutex<tokio::time::Instant>,
+}
+
+impl Shared {
+    pub fn memory(&self) -> MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn inbound(&self) -> Option<InboundSender> {
+        self.inbound
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_inbound(&self, s: Option<InboundSender>) {
+        *self.inbound.write().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+
+    fn identity(&self) -> Option<BotIdentity> {
+        self.identity
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn touch(&self) {
+        *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) = tokio::time::Instant::now();
+    }
+
+    pub fn idle_for(&self) -> Duration {
+        self.last_activity
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+    }
+
+    pub fn set_connected(&self, connected: bool, detail: &str) {
+        if let Some(i) = self.inbound() {
+            i.set_connected(NAME, connected, detail);
+        }
+    }
+
+    /// Decide about one `event_callback` and publish it when it counts. `Ok` means Slack
+    /// may be acknowledged (published, duplicate, or ignored on purpose).
+    pub async fn intake(&self, callback: &Value) -> Result<(), IntakeError> {
+        let (Some(inbound), Some(me)) = (self.inbound(), self.identity()) else {
+            return Err(IntakeError::NotRunning);
+        };
+        let decision = {
+            let mem = self.memory();
+            inbound::convert(callback, &me, self.cfg.reply_in_thread, |c, t| {
+                mem.threads.contains(&(c.to_string(), t.to_string()))
+            })
+        };
+        let c = match decision {
+            Intake::Ignore(why) => {
+                debug!(reason = why, "slack event ignored");
+                return Ok(());
+            }
+            Intake::Publish(c) => c,
+        };
+        let key = c.msg.key.to_string();
+        let published = inbound.publish(c.msg).await?;
+        debug!(%key, ?published, "slack message published");
+        let mut mem = self.memory();
+        mem.last_message.insert(key, (c.channel, c.ts));
+        if let Some(t) = c.joined_thread {
+            mem.threads.insert(t, ());
+        }
+        Ok(())
+    }
+}
+
+/// The Slack channel: Socket Mode and/or Events API intake, Web API replies.
+#[derive(Clone)]
+pub struct SlackChannel {
+    shared: Arc<Shared>,
+}
+
+impl SlackChannel {
+    /// Build the adapter (no network yet; `run` checks the tokens).
+    pub fn new(cfg: SlackConfig) -> Result<Self, ChannelError> {
+        if cfg.bot_token.trim().is_empty() {
+            return Err(ChannelError::Unauthorized("slack: empty bot token".into()));
+        }
+        let web = WebApi::new(&cfg.api_url, &cfg.bot_token)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                cfg,
+                web,
+                identity: RwLock::new(None),
+                inbound: RwLock::new(None),
+                memory: Mutex::new(Memory::default()),
+                last_activity: Mutex::new(tokio::time::Instant::now()),
+            }),
+        })
+    }
+
+    /// `auth.test` until it answers; refused credentials end the channel.
+    async fn identify(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<BotIdentity>, ChannelError> {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let r = tokio::select! {
+                _ = shutdown.cancelled() => return Ok(None),
+                r = self.shared.web.auth_test() => r,
+            };
+            match r {
+                Ok(me) => return Ok(Some(me)),
+                Err(e) if e.is_auth() => {
+                    return Err(ChannelError::Unauthorized(format!(
+                        "slack bot token refused by auth.test: {e}"
+                    )));
+                }
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?backoff, "slack auth.test failed");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Ok(None),
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Channel for SlackChannel {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            edits: true,
+            // `typing` adds a 👀 reaction (once per message), not a real typing indicator.
+            typing: false,
+            threads: true,
+            max_message_len: self.shared.cfg.effective_max_len(),
+            dialect: Dialect::SlackMrkdwn,
+        }
+    }
+
+    async fn run(
+        &self,
+        inbound: InboundSender,
+        shutdown: CancellationToken,
+    ) -> Result<(), ChannelError> {
+        let sh = &self.shared;
+        inbound.set_connected(NAME, false, "starting: auth.test");
+        let me = match self.identify(&shutdown).await {
+            Ok(Some(me)) => me,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                inbound.set_connected(NAME, false, "bot token refused");
+                return Err(e);
+            }
+        };
+        info!(user_id = %me.user_id, "slack bot identified");
+        *sh.identity.write().unwrap_or_else(|e| e.into_inner()) = Some(me);
+        sh.set_inbound(Some(inbound.clone()));
+        let result = match (&sh.cfg.app_token, &sh.cfg.signing_secret) {
+            (Some(app_token), _) => socket::run(sh.clone(), app_token, shutdown).await,
+            (None, Some(_)) => {
+                inbound.set_connected(NAME, true, "events api: waiting for POST /slack/events");
+                shutdown.cancelled().await;
+                Ok(())
+            }
+            (None, None) => Err(ChannelError::Other(
+                "slack: set an app token (Socket Mode) or a signing secret (Events API)".into(),
+            )),
+        };
+        sh.set_inbound(None);
+        inbound.set_connected(NAME, false, "stopped");
+        result
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+        send::send(&self.shared, self.capabilities(), msg).await
+    }
+
+    async fn typing(&self, key: &ChatKey) -> Result<(), SendError> {
+        send::react_eyes(&self.shared, key).await
+    }
+}

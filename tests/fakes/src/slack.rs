@@ -1,1 +1,592 @@
-//! Fake slack server (being written).
+//! A fake Slack for tests and the benchmark: Web API, Socket Mode websocket, Events API client.
+//!
+//! [`FakeSlack`] serves the Web API under `/api/<method>` (JSON, form or query parameters;
+//! `Authorization: Bearer` checked — the bot token for Web API methods, the app token for
+//! `apps.connections.open`) and the Socket Mode websocket at `/socket`. It records every
+//! call, every posted/updated message, every reaction and every Socket Mode ack, injects
+//! faults (429 with `Retry-After`, API errors, HTTP statuses) per method, and offers bounded
+//! waits. [`events`] builds event payloads and signs Events API requests.
+
+pub mod events;
+mod socket;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use events::{APP_ID, TEAM_ID, event_callback, event_callback_body, sign, signed_headers};
+
+/// Bot token the fake accepts for Web API methods.
+pub const BOT_TOKEN: &str = "xoxb-fake-bot-token";
+/// App-level token the fake accepts for `apps.connections.open`.
+pub const APP_TOKEN: &str = "xapp-fake-app-token";
+/// The bot's user id (`auth.test` `user_id`).
+pub const BOT_USER_ID: &str = "UBOT";
+/// The bot's bot id (`auth.test` `bot_id`).
+pub const BOT_ID: &str = "BBOT";
+
+/// How long the `wait_for_*` helpers wait before panicking.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// One `chat.postMessage` as it crossed the wire.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Post {
+    pub channel: String,
+    pub text: String,
+    pub thread_ts: Option<String>,
+    /// `mrkdwn` as sent (`None` when the client left it out).
+    pub mrkdwn: Option<bool>,
+    /// The ts the fake assigned.
+    pub ts: String,
+}
+
+/// One `chat.update`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub channel: String,
+    pub ts: String,
+    pub text: String,
+}
+
+/// One `reactions.add`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reaction {
+    pub channel: String,
+    pub timestamp: String,
+    pub name: String,
+}
+
+/// A Web API call: method and its parameters (JSON, form and query merged).
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub params: Map<String, Value>,
+}
+
+/// A fault to inject on the next call(s) of a method.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// HTTP 429 with `Retry-After: secs` and `{"ok":false,"error":"ratelimited"}`.
+    RateLimited { retry_after_secs: u64 },
+    /// HTTP 200 with `{"ok":false,"error":<code>}`.
+    Error(String),
+    /// A bare HTTP status with a JSON error body.
+    Status(u16),
+    /// Answer normally (to fail a later call: `inject(m, Pass)` then `inject(m, Error(..))`).
+    Pass,
+}
+
+/// What [`FakeSlack::push_event`] sent.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    pub envelope_id: String,
+    pub event_id: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    calls: Vec<Call>,
+    posts: Vec<Post>,
+    updates: Vec<Update>,
+    reactions: Vec<Reaction>,
+    acks: Vec<String>,
+    faults: HashMap<String, VecDeque<Fault>>,
+    users: HashMap<String, String>,
+    sockets: Vec<socket::SocketHandle>,
+    connections: usize,
+    /// Envelopes sent and not yet acknowledged, for [`FakeSlack::redeliver_unacked`].
+    unacked: Vec<(String, Value)>,
+    next: u64,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    changed: watch::Sender<u64>,
+    addr: SocketAddr,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v += 1);
+    }
+
+    fn next_id(&self) -> u64 {
+        let mut g = self.lock();
+        g.next += 1;
+        g.next
+    }
+}
+
+/// The fake Slack server. Dropping it stops the server.
+pub struct FakeSlack {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+impl Drop for FakeSlack {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl FakeSlack {
+    /// Bind 127.0.0.1:0 and serve.
+    pub async fn start() -> FakeSlack {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let (changed, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner::default()),
+            changed,
+            addr,
+        });
+        let app = Router::new()
+            .route("/api/{method}", any(api))
+            .route("/socket", get(socket::upgrade))
+            .with_state(shared.clone());
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { s.cancelled().await })
+                .await;
+        });
+        FakeSlack { shared, stop }
+    }
+
+    /// `http://127.0.0.1:PORT/api`, the value for the adapter's `api_url`.
+    pub fn api_url(&self) -> String {
+        format!("http://{}/api", self.shared.addr)
+    }
+
+    /// The address the fake listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// Make `users.info` know a user.
+    pub fn add_user(&self, id: &str, name: &str) {
+        self.shared.lock().users.insert(id.into(), name.into());
+    }
+
+    /// Inject `fault` on the next call of `method` (queued: call again for more).
+    pub fn inject(&self, method: &str, fault: Fault) {
+        let mut g = self.shared.lock();
+        g.faults.entry(method.into()).or_default().push_back(fault);
+    }
+
+    /// Answer the next `times` calls of `method` with 429 and `Retry-After`.
+    pub fn rate_limit(&self, method: &str, times: usize, retry_after_secs: u64) {
+        for _ in 0..times {
+            self.inject(method, Fault::RateLimited { retry_after_secs });
+        }
+    }
+
+    /// Every Web API call so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.shared.lock().calls.clone()
+    }
+
+    /// How many times `method` was called.
+    pub fn call_count(&self, method: &str) -> usize {
+        self.shared
+            .lock()
+            .calls
+            .iter()
+            .filter(|c| c.method == method)
+            .count()
+    }
+
+    pub fn posts(&self) -> Vec<Post> {
+        self.shared.lock().posts.clone()
+    }
+
+    pub fn updates(&self) -> Vec<Update> {
+        self.shared.lock().updates.clone()
+    }
+
+    pub fn reactions(&self) -> Vec<Reaction> {
+        self.shared.lock().reactions.clone()
+    }
+
+    /// Envelope ids acknowledged so far, in order.
+    pub fn acks(&self) -> Vec<String> {
+        self.shared.lock().acks.clone()
+    }
+
+    /// Whether `envelope_id` has been acknowledged.
+    pub fn acked(&self, envelope_id: &str) -> bool {
+        self.shared.lock().acks.iter().any(|a| a == envelope_id)
+    }
+
+    /// Socket Mode connections that received `hello`, ever.
+    pub fn connections(&self) -> usize {
+        self.shared.lock().connections
+    }
+
+    /// Sockets open right now.
+    pub fn open_sockets(&self) -> usize {
+        self.shared.lock().sockets.len()
+    }
+
+    /// Wait (bounded by `timeout`) until `cond` holds over the recorded state.
+    async fn wait(&self, timeout: Duration, what: &str, mut cond: impl FnMut(&FakeSlack) -> bool) {
+        let mut rx = self.shared.changed.subscribe();
+        let ok = tokio::time::timeout(timeout, async {
+            loop {
+                if cond(self) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await
+        .is_ok();
+        assert!(ok, "fake slack: timed out waiting for {what}");
+    }
+
+    /// Wait until `envelope_id` is acknowledged; false after `timeout`.
+    pub async fn wait_for_ack_within(&self, envelope_id: &str, timeout: Duration) -> bool {
+        let mut rx = self.shared.changed.subscribe();
+        tokio::time::timeout(timeout, async {
+            while !self.acked(envelope_id) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await
+        .is_ok()
+            && self.acked(envelope_id)
+    }
+
+    /// Wait until `envelope_id` is acknowledged (panics after [`WAIT`]).
+    pub async fn wait_for_ack(&self, envelope_id: &str) {
+        let what = format!("ack of {envelope_id}");
+        self.wait(WAIT, &what, |f| f.acked(envelope_id)).await;
+    }
+
+    /// Wait until at least `n` messages were posted; returns all posts.
+    pub async fn wait_for_posts(&self, n: usize) -> Vec<Post> {
+        let what = format!("{n} chat.postMessage calls");
+        self.wait(WAIT, &what, |f| f.shared.lock().posts.len() >= n)
+            .await;
+        self.posts()
+    }
+
+    /// Wait until at least `n` reactions were added; returns all reactions.
+    pub async fn wait_for_reactions(&self, n: usize) -> Vec<Reaction> {
+        let what = format!("{n} reactions.add calls");
+        self.wait(WAIT, &what, |f| f.shared.lock().reactions.len() >= n)
+            .await;
+        self.reactions()
+    }
+
+    /// Wait until at least `n` Socket Mode connections got their `hello`, ever.
+    pub async fn wait_for_connections(&self, n: usize) {
+        let what = format!("{n} socket mode connections");
+        self.wait(WAIT, &what, |f| f.connections() >= n).await;
+    }
+
+    /// Wrap `event` in an `event_callback` with a fresh event id and send it as an
+    /// `events_api` envelope on the newest open socket (waiting for one, bounded).
+    pub async fn push_event(&self, event: Value) -> Pushed {
+        let event_id = format!("Ev{:06}", self.shared.next_id());
+        self.push_event_with_id(&event_id, event).await
+    }
+
+    /// [`Self::push_event`] with a chosen event id (Slack reuses it on retries).
+    pub async fn push_event_with_id(&self, event_id: &str, event: Value) -> Pushed {
+        self.wait(WAIT, "an open socket", |f| f.open_sockets() > 0)
+            .await;
+        let envelope_id = format!("env-{:06}", self.shared.next_id());
+        let envelope = json!({
+            "type": "events_api",
+            "envelope_id": envelope_id,
+            "payload": event_callback(event_id, event),
+            "accepts_response_payload": false,
+            "retry_attempt": 0,
+            "retry_reason": "",
+        });
+        {
+            let mut g = self.shared.lock();
+            g.unacked.push((envelope_id.clone(), envelope.clone()));
+            if let Some(s) = g.sockets.last() {
+                s.send(envelope.to_string());
+            }
+        }
+        Pushed {
+            envelope_id,
+            event_id: event_id.to_string(),
+        }
+    }
+
+    /// Send every unacknowledged envelope again (as Slack does), with `retry_attempt` raised,
+    /// on the newest open socket. Returns how many were resent.
+    pub async fn redeliver_unacked(&self) -> usize {
+        self.wait(WAIT, "an open socket", |f| f.open_sockets() > 0)
+            .await;
+        let mut g = self.shared.lock();
+        let Inner {
+            unacked, sockets, ..
+        } = &mut *g;
+        let Some(s) = sockets.last() else { return 0 };
+        for (_, env) in unacked.iter_mut() {
+            let n = env["retry_attempt"].as_u64().unwrap_or(0) + 1;
+            env["retry_attempt"] = json!(n);
+            env["retry_reason"] = json!("timeout");
+            s.send(env.to_string());
+        }
+        unacked.len()
+    }
+
+    /// Send `{"type":"disconnect","reason":"refresh_requested"}` on every open socket.
+    pub fn send_disconnect(&self) {
+        let msg = json!({
+            "type": "disconnect",
+            "reason": "refresh_requested",
+            "debug_info": {"host": "fake-slack"},
+        })
+        .to_string();
+        for s in &self.shared.lock().sockets {
+            s.send(msg.clone());
+        }
+    }
+
+    /// Drop every open socket without a close frame (like a lost connection).
+    pub fn drop_sockets(&self) {
+        for s in &self.shared.lock().sockets {
+            s.kill();
+        }
+    }
+
+    /// Stop reading from and writing to the open sockets while keeping them open (no pongs,
+    /// no events): the "open but silent" socket a watchdog must notice.
+    pub fn freeze_sockets(&self) {
+        for s in &self.shared.lock().sockets {
+            s.freeze();
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn slack_error(code: &str) -> Response {
+    json_response(StatusCode::OK, json!({"ok": false, "error": code}))
+}
+
+/// Parameters from the query string and a JSON or form body, merged.
+fn params(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> Map<String, Value> {
+    let mut out = Map::new();
+    let mut add_form = |bytes: &[u8]| {
+        if let Ok(pairs) = serde_urlencoded::from_bytes::<Vec<(String, String)>>(bytes) {
+            for (k, v) in pairs {
+                out.insert(k, Value::String(v));
+            }
+        }
+    };
+    if let Some(q) = query {
+        add_form(q.as_bytes());
+    }
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(body) {
+            out.extend(m);
+        }
+    } else if !body.is_empty() {
+        add_form(body);
+    }
+    out
+}
+
+fn str_param(p: &Map<String, Value>, k: &str) -> Option<String> {
+    match p.get(k)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+fn bool_param(p: &Map<String, Value>, k: &str) -> Option<bool> {
+    match p.get(k)? {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => Some(s == "true" || s == "1"),
+        _ => None,
+    }
+}
+
+async fn api(
+    State(shared): State<Arc<Shared>>,
+    Path(method): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let p = params(&headers, query.as_deref(), &body);
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string)
+        .or_else(|| str_param(&p, "token"));
+    {
+        let mut g = shared.lock();
+        g.calls.push(Call {
+            method: method.clone(),
+            params: p.clone(),
+        });
+    }
+    shared.bump();
+    let expected = if method == "apps.connections.open" {
+        APP_TOKEN
+    } else {
+        BOT_TOKEN
+    };
+    match token.as_deref() {
+        None => return slack_error("not_authed"),
+        Some(t) if t != expected => return slack_error("invalid_auth"),
+        Some(_) => {}
+    }
+    let fault = shared
+        .lock()
+        .faults
+        .get_mut(&method)
+        .and_then(|q| q.pop_front());
+    match fault {
+        Some(Fault::RateLimited { retry_after_secs }) => {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [
+                    (header::CONTENT_TYPE, "application/json".to_string()),
+                    (header::RETRY_AFTER, retry_after_secs.to_string()),
+                ],
+                json!({"ok": false, "error": "ratelimited"}).to_string(),
+            )
+                .into_response();
+        }
+        Some(Fault::Error(code)) => return slack_error(&code),
+        Some(Fault::Status(s)) => {
+            let status = StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return json_response(status, json!({"ok": false, "error": "fake_status"}));
+        }
+        Some(Fault::Pass) | None => {}
+    }
+    let resp = web_method(&shared, &method, &p);
+    shared.bump();
+    resp
+}
+
+fn web_method(shared: &Shared, method: &str, p: &Map<String, Value>) -> Response {
+    let ok = |mut v: Value| {
+        v["ok"] = json!(true);
+        json_response(StatusCode::OK, v)
+    };
+    match method {
+        "auth.test" => ok(json!({
+            "url": "https://fake.slack.com/",
+            "team": "Fake Team",
+            "user": "switchboard",
+            "team_id": TEAM_ID,
+            "user_id": BOT_USER_ID,
+            "bot_id": BOT_ID,
+        })),
+        "apps.connections.open" => {
+            let n = shared.next_id();
+            ok(json!({"url": format!("ws://{}/socket?ticket={n}", shared.addr)}))
+        }
+        "chat.postMessage" => {
+            let (Some(channel), Some(text)) = (str_param(p, "channel"), str_param(p, "text"))
+            else {
+                return slack_error("no_text");
+            };
+            let n = shared.next_id();
+            let ts = format!("1700001000.{n:06}");
+            shared.lock().posts.push(Post {
+                channel: channel.clone(),
+                text: text.clone(),
+                thread_ts: str_param(p, "thread_ts"),
+                mrkdwn: bool_param(p, "mrkdwn"),
+                ts: ts.clone(),
+            });
+            ok(json!({
+                "channel": channel,
+                "ts": ts,
+                "message": {"type": "message", "text": text, "ts": ts,
+                            "user": BOT_USER_ID, "bot_id": BOT_ID},
+            }))
+        }
+        "chat.update" => {
+            let (Some(channel), Some(ts)) = (str_param(p, "channel"), str_param(p, "ts")) else {
+                return slack_error("message_not_found");
+            };
+            let text = str_param(p, "text").unwrap_or_default();
+            shared.lock().updates.push(Update {
+                channel: channel.clone(),
+                ts: ts.clone(),
+                text: text.clone(),
+            });
+            ok(json!({"channel": channel, "ts": ts, "text": text}))
+        }
+        "reactions.add" => {
+            let r = Reaction {
+                channel: str_param(p, "channel").unwrap_or_default(),
+                timestamp: str_param(p, "timestamp").unwrap_or_default(),
+                name: str_param(p, "name").unwrap_or_default(),
+            };
+            let mut g = shared.lock();
+            if g.reactions.contains(&r) {
+                return slack_error("already_reacted");
+            }
+            g.reactions.push(r);
+            ok(json!({}))
+        }
+        "users.info" => {
+            let id = str_param(p, "user").unwrap_or_default();
+            let Some(name) = shared.lock().users.get(&id).cloned() else {
+                return slack_error("user_not_found");
+            };
+            ok(json!({"user": {
+                "id": id, "team_id": TEAM_ID, "name": name, "real_name": name,
+                "profile": {"display_name": name, "real_name": name},
+            }}))
+        }
+        "conversations.info" => {
+            let id = str_param(p, "channel").unwrap_or_default();
+            let is_im = id.starts_with('D');
+            ok(json!({"channel": {
+                "id": id, "name": format!("chan-{}", id.to_lowercase()),
+                "is_channel": !is_im, "is_im": is_im, "is_private": id.starts_with('G'),
+            }}))
+        }
+        _ => slack_error("unknown_method"),
+    }
+}

@@ -1,0 +1,149 @@
+//! `MESSAGE_CREATE` → [`InboundMessage`]: who wrote it, whether it addresses the bot (user
+//! mention, the bot's managed role, or a reply to the bot), replies and attachments.
+
+use chrono::{DateTime, Utc};
+use serenity::model::channel::{Message, MessageFlags, MessageType};
+use serenity::model::id::{RoleId, UserId};
+use switchboard_channel::{Attachment, AttachmentKind, ChatKey, InboundMessage, Sender};
+
+/// Whether serenity `msg` should reach the gateway at all: not ours, not another bot's, and a
+/// message a person typed (not a join, pin or other system notice).
+pub(crate) fn wanted(msg: &Message, bot_id: UserId) -> bool {
+    msg.author.id != bot_id
+        && !msg.author.bot
+        && matches!(msg.kind, MessageType::Regular | MessageType::InlineReply)
+}
+
+/// Remove a leading `<@id>` / `<@!id>` (or `<@&role>` of the bot's role) and the space after it.
+pub(crate) fn strip_leading_mention(text: &str, bot_id: UserId, bot_role: Option<RoleId>) -> &str {
+    let trimmed = text.trim_start();
+    let mut prefixes = vec![format!("<@{bot_id}>"), format!("<@!{bot_id}>")];
+    if let Some(r) = bot_role {
+        prefixes.push(format!("<@&{r}>"));
+    }
+    for p in &prefixes {
+        if let Some(rest) = trimmed.strip_prefix(p.as_str()) {
+            return rest.trim_start();
+        }
+    }
+    text
+}
+
+fn attachment_kind(mime: Option<&str>, voice: bool) -> AttachmentKind {
+    let top = mime.and_then(|m| m.split('/').next()).unwrap_or("");
+    match top {
+        _ if voice => AttachmentKind::Voice,
+        "image" => AttachmentKind::Image,
+        "audio" => AttachmentKind::Audio,
+        "video" => AttachmentKind::Video,
+        _ => AttachmentKind::Document,
+    }
+}
+
+/// Build the inbound message for a wanted Discord message.
+pub(crate) fn to_inbound(
+    msg: &Message,
+    bot_id: UserId,
+    bot_role: Option<RoleId>,
+) -> InboundMessage {
+    let author = &msg.author;
+    let display_name = msg
+        .member
+        .as_ref()
+        .and_then(|m| m.nick.clone())
+        .or_else(|| author.global_name.clone())
+        .unwrap_or_else(|| author.name.clone());
+    let sender = Sender {
+        id: author.id.to_string(),
+        username: Some(author.name.clone()),
+        display_name,
+        is_owner: false,
+    };
+    let replied_to_bot = msg
+        .referenced_message
+        .as_ref()
+        .is_some_and(|r| r.author.id == bot_id);
+    let mentions_bot = msg.mentions.iter().any(|u| u.id == bot_id)
+        || bot_role.is_some_and(|r| msg.mention_roles.contains(&r))
+        || replied_to_bot;
+    let text = strip_leading_mention(&msg.content, bot_id, bot_role).to_string();
+    let key = ChatKey::new("discord", msg.channel_id.to_string());
+    let mut m = InboundMessage::text(format!("discord:msg:{}", msg.id), key, sender, text);
+    m.is_group = msg.guild_id.is_some();
+    m.mentions_bot = mentions_bot;
+    m.received_at =
+        DateTime::<Utc>::from_timestamp(msg.timestamp.unix_timestamp(), 0).unwrap_or_else(Utc::now);
+    m.reply_to = msg
+        .message_reference
+        .as_ref()
+        .and_then(|r| r.message_id)
+        .or_else(|| msg.referenced_message.as_ref().map(|r| r.id))
+        .map(|id| id.to_string());
+    if let Some(r) = &msg.referenced_message {
+        m.metadata
+            .insert("reply_to_text".into(), r.content.clone().into());
+        m.metadata
+            .insert("reply_to_bot".into(), replied_to_bot.into());
+    }
+    m.metadata
+        .insert("message_id".into(), msg.id.to_string().into());
+    m.metadata
+        .insert("channel_id".into(), msg.channel_id.to_string().into());
+    if let Some(g) = msg.guild_id {
+        m.metadata.insert("guild_id".into(), g.to_string().into());
+    }
+    let voice = msg
+        .flags
+        .is_some_and(|f| f.contains(MessageFlags::IS_VOICE_MESSAGE));
+    m.attachments = msg
+        .attachments
+        .iter()
+        .map(|a| Attachment {
+            kind: attachment_kind(a.content_type.as_deref(), voice),
+            name: Some(a.filename.clone()),
+            mime: a.content_type.clone(),
+            location: a.url.clone(),
+            size: u64::from(a.size),
+        })
+        .collect();
+    m.truncate_oversized();
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_only_a_leading_bot_mention() {
+        let bot = UserId::new(42);
+        assert_eq!(strip_leading_mention("<@42> hello", bot, None), "hello");
+        assert_eq!(strip_leading_mention("  <@!42>hello", bot, None), "hello");
+        assert_eq!(
+            strip_leading_mention("<@&7> hi", bot, Some(RoleId::new(7))),
+            "hi"
+        );
+        assert_eq!(
+            strip_leading_mention("<@43> hello", bot, None),
+            "<@43> hello"
+        );
+        assert_eq!(strip_leading_mention("hi <@42>", bot, None), "hi <@42>");
+    }
+
+    #[test]
+    fn attachment_kinds_follow_the_mime_type() {
+        assert_eq!(
+            attachment_kind(Some("image/png"), false),
+            AttachmentKind::Image
+        );
+        assert_eq!(
+            attachment_kind(Some("audio/ogg"), true),
+            AttachmentKind::Voice
+        );
+        assert_eq!(
+            attachment_kind(Some("application/pdf"), false),
+            AttachmentKind::Document
+        );
+        assert_eq!(attachment_kind(None, false), AttachmentKind::Document);
+    }
+}

@@ -1,0 +1,178 @@
+//! The REST calls the adapter makes itself, on the reqwest client serenity already links.
+//!
+//! serenity's `Http` drops a 429's `retry_after` when its rate limiter is disabled (the
+//! proxy mode), so posts and typing go through here, where status, headers and body stay
+//! visible.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard_channel::ChannelError;
+
+/// Why a REST call failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RestError {
+    /// HTTP 429: wait this long.
+    #[error("rate limited: retry after {0:?}")]
+    RateLimited(Duration),
+    /// HTTP 401: the token was refused.
+    #[error("the bot token was refused (HTTP 401)")]
+    Unauthorized,
+    /// Any other unsuccessful status, with Discord's message.
+    #[error("HTTP {status}: {message}")]
+    Status { status: u16, message: String },
+    /// Connection trouble or timeout.
+    #[error("network error: {0}")]
+    Network(String),
+    /// A successful response that is not what Discord sends.
+    #[error("unexpected response: {0}")]
+    Decode(String),
+}
+
+impl RestError {
+    /// Worth retrying with backoff (5xx or network).
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            RestError::Network(_) => true,
+            RestError::Status { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
+}
+
+/// A minimal Discord REST client bound to one token and one base URL.
+pub(crate) struct Rest {
+    client: reqwest::Client,
+    /// `{api_url}/api/v10`.
+    base: String,
+    /// `Bot <token>`; never logged.
+    auth: String,
+}
+
+impl Rest {
+    pub(crate) fn new(token: &str, api_url: &str) -> Result<Self, ChannelError> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent("DiscordBot (https://github.com/switchboard, 0.1) switchboard")
+            .build()
+            .map_err(|e| ChannelError::Other(format!("discord: building the HTTP client: {e}")))?;
+        let token = token.trim();
+        let auth = if token.starts_with("Bot ") {
+            token.to_string()
+        } else {
+            format!("Bot {token}")
+        };
+        Ok(Self {
+            client,
+            base: format!("{}/api/v10", api_url.trim_end_matches('/')),
+            auth,
+        })
+    }
+
+    /// The token as serenity wants it.
+    pub(crate) fn token(&self) -> &str {
+        &self.auth
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        authorized: bool,
+    ) -> Result<Option<Value>, RestError> {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if authorized {
+            req = req.header("authorization", &self.auth);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| RestError::Network(e.without_url().to_string()))?;
+        let status = resp.status();
+        let retry_header = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| RestError::Network(e.without_url().to_string()))?;
+        let json: Option<Value> = serde_json::from_slice(&bytes).ok();
+        if status.is_success() {
+            return Ok(json);
+        }
+        Err(match status.as_u16() {
+            401 => RestError::Unauthorized,
+            429 => {
+                let body_secs = json.as_ref().and_then(|j| j["retry_after"].as_f64());
+                let secs = body_secs.or(retry_header).unwrap_or(1.0);
+                RestError::RateLimited(Duration::from_secs_f64(secs.clamp(0.0, 3600.0)))
+            }
+            code => RestError::Status {
+                status: code,
+                message: json
+                    .as_ref()
+                    .and_then(|j| j["message"].as_str())
+                    .unwrap_or("(no message)")
+                    .to_string(),
+            },
+        })
+    }
+
+    /// `GET /users/@me`: the bot's user id and username.
+    pub(crate) async fn current_user(&self) -> Result<(u64, String), RestError> {
+        let v = self
+            .call(reqwest::Method::GET, "/users/@me", None, true)
+            .await?
+            .unwrap_or_default();
+        let id = v["id"].as_str().and_then(|s| s.parse().ok());
+        let name = v["username"].as_str().unwrap_or_default().to_string();
+        id.map(|id| (id, name))
+            .ok_or_else(|| RestError::Decode("/users/@me without an id".into()))
+    }
+
+    /// `GET /gateway`: the websocket URL serenity will connect to.
+    pub(crate) async fn gateway_url(&self) -> Result<String, RestError> {
+        let v = self
+            .call(reqwest::Method::GET, "/gateway", None, false)
+            .await?
+            .unwrap_or_default();
+        match v["url"].as_str() {
+            Some(u) if u.starts_with("ws://") || u.starts_with("wss://") => Ok(u.to_string()),
+            _ => Err(RestError::Decode(
+                "/gateway answered without a ws:// or wss:// url".into(),
+            )),
+        }
+    }
+
+    /// `POST /channels/{id}/messages`; returns the new message id.
+    pub(crate) async fn create_message(
+        &self,
+        channel_id: u64,
+        body: &Value,
+    ) -> Result<String, RestError> {
+        let path = format!("/channels/{channel_id}/messages");
+        let v = self
+            .call(reqwest::Method::POST, &path, Some(body), true)
+            .await?
+            .unwrap_or_default();
+        v["id"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| RestError::Decode("message post answered without an id".into()))
+    }
+
+    /// `POST /channels/{id}/typing`.
+    pub(crate) async fn typing(&self, channel_id: u64) -> Result<(), RestError> {
+        let path = format!("/channels/{channel_id}/typing");
+        self.call(reqwest::Method::POST, &path, None, true)
+            .await
+            .map(|_| ())
+    }
+}

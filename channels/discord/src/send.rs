@@ -1,0 +1,194 @@
+//! Delivering a reply: render and chunk, post the chunks in order (the first one replying
+//! to the triggering message), wait out 429s and back off on 5xx, and remember delivered
+//! chunks so that a retried reply never posts a chunk twice.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchboard_channel::{Capabilities, ChatKey, OutboundMessage, SendError, SendReceipt};
+
+use crate::DiscordConfig;
+use crate::rest::{Rest, RestError};
+
+/// Attempts per chunk for 5xx / network failures.
+const TRANSIENT_ATTEMPTS: u32 = 4;
+/// 429s waited out per chunk before giving the reply back to the outbox.
+const RATE_LIMIT_ATTEMPTS: u32 = 5;
+/// Replies whose partial delivery is remembered.
+const REMEMBERED_REPLIES: usize = 256;
+
+/// The Discord channel id of a `discord:<channel_id>` key.
+pub(crate) fn channel_id(key: &ChatKey) -> Result<u64, SendError> {
+    key.chat_id
+        .parse()
+        .map_err(|_| SendError::Permanent(format!("{key} is not a Discord channel key")))
+}
+
+/// Map a REST failure to what the outbox should do.
+pub(crate) fn to_send_error(e: RestError) -> SendError {
+    match e {
+        RestError::RateLimited(d) => SendError::RetryAfter(d),
+        e if e.is_transient() => SendError::Transient(e.to_string()),
+        e => SendError::Permanent(e.to_string()),
+    }
+}
+
+/// Ids of chunks already posted for replies that failed part-way, by reply fingerprint.
+#[derive(Default)]
+pub(crate) struct DeliveredChunks {
+    inner: Mutex<(HashMap<u64, Vec<String>>, VecDeque<u64>)>,
+}
+
+impl DeliveredChunks {
+    fn get(&self, fp: u64) -> Vec<String> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.0.get(&fp).cloned().unwrap_or_default()
+    }
+
+    fn remember(&self, fp: u64, ids: &[String]) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0.insert(fp, ids.to_vec()).is_none() {
+            g.1.push_back(fp);
+            if g.1.len() > REMEMBERED_REPLIES {
+                if let Some(old) = g.1.pop_front() {
+                    g.0.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn forget(&self, fp: u64) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0.remove(&fp).is_some() {
+            g.1.retain(|f| *f != fp);
+        }
+    }
+}
+
+fn fingerprint(msg: &OutboundMessage) -> u64 {
+    let mut h = DefaultHasher::new();
+    (
+        msg.key.to_string(),
+        &msg.text,
+        &msg.reply_to,
+        &msg.in_reply_to_inbound,
+    )
+        .hash(&mut h);
+    h.finish()
+}
+
+/// The JSON body of one chunk. Mentions: users only (never @everyone, @here or roles).
+pub(crate) fn chunk_body(content: &str, reply_to: Option<&str>) -> Value {
+    let mut body = json!({
+        "content": content,
+        "allowed_mentions": {"parse": ["users"], "replied_user": true},
+    });
+    if let Some(id) = reply_to {
+        body["message_reference"] = json!({"message_id": id, "fail_if_not_exists": false});
+    }
+    body
+}
+
+/// Post one chunk: wait out short 429s, back off on transient failures.
+async fn post_chunk(
+    rest: &Rest,
+    cfg: &DiscordConfig,
+    channel_id: u64,
+    body: &Value,
+) -> Result<String, RestError> {
+    let mut transient = 0;
+    let mut limited = 0;
+    loop {
+        match rest.create_message(channel_id, body).await {
+            Ok(id) => return Ok(id),
+            Err(RestError::RateLimited(wait))
+                if wait <= cfg.max_inline_wait && limited < RATE_LIMIT_ATTEMPTS =>
+            {
+                limited += 1;
+                tracing::debug!(channel_id, ?wait, "discord: rate limited, waiting");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) if e.is_transient() && transient + 1 < TRANSIENT_ATTEMPTS => {
+                let wait = Duration::from_millis(500 << transient);
+                transient += 1;
+                tracing::warn!(channel_id, error = %e, ?wait, "discord: send failed, retrying");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Deliver `msg`: chunks in order; on failure, the chunks already posted are remembered and
+/// skipped when the outbox retries the same reply.
+pub(crate) async fn send(
+    rest: &Rest,
+    caps: Capabilities,
+    cfg: &DiscordConfig,
+    delivered: &DeliveredChunks,
+    msg: &OutboundMessage,
+) -> Result<SendReceipt, SendError> {
+    let channel_id = channel_id(&msg.key)?;
+    let chunks: Vec<String> = switchboard_channel::format::render_chunks(&msg.text, caps)
+        .into_iter()
+        .filter(|c| !c.trim().is_empty())
+        .collect();
+    let fp = fingerprint(msg);
+    let mut ids = delivered.get(fp);
+    for (i, chunk) in chunks.iter().enumerate().skip(ids.len()) {
+        let reply_to = if i == 0 {
+            msg.reply_to.as_deref()
+        } else {
+            None
+        };
+        match post_chunk(rest, cfg, channel_id, &chunk_body(chunk, reply_to)).await {
+            Ok(id) => ids.push(id),
+            Err(e) => {
+                if !ids.is_empty() {
+                    delivered.remember(fp, &ids);
+                }
+                tracing::warn!(channel_id, chunk = i + 1, of = chunks.len(), error = %e,
+                    "discord: reply not (fully) delivered");
+                return Err(to_send_error(e));
+            }
+        }
+    }
+    delivered.forget(fp);
+    Ok(SendReceipt { message_ids: ids })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_never_pings_everyone_or_roles() {
+        let b = chunk_body("@everyone hi", Some("42"));
+        assert_eq!(b["allowed_mentions"]["parse"], json!(["users"]));
+        assert_eq!(b["message_reference"]["message_id"], "42");
+        assert_eq!(b["message_reference"]["fail_if_not_exists"], false);
+        assert!(chunk_body("x", None).get("message_reference").is_none());
+    }
+
+    #[test]
+    fn channel_ids_must_be_numeric() {
+        assert_eq!(channel_id(&ChatKey::new("discord", "123")), Ok(123));
+        assert!(matches!(
+            channel_id(&ChatKey::new("discord", "abc")),
+            Err(SendError::Permanent(_))
+        ));
+    }
+
+    #[test]
+    fn delivered_chunks_are_bounded() {
+        let d = DeliveredChunks::default();
+        for fp in 0..(REMEMBERED_REPLIES as u64 + 10) {
+            d.remember(fp, &["1".into()]);
+        }
+        assert!(d.get(0).is_empty());
+        assert_eq!(d.get(REMEMBERED_REPLIES as u64 + 9), vec!["1".to_string()]);
+    }
+}

@@ -1,0 +1,140 @@
+//! Test harness: a recording `InboundSink`, and the real adapter started against the fake.
+
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use switchboard_channel::{
+    Channel, ChannelError, InboundMessage, InboundSender, InboundSink, PublishError, Published,
+};
+use switchboard_discord::{DiscordChannel, DiscordConfig};
+use switchboard_fakes::discord::{FakeDiscord, FakeDiscordOptions};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const TOKEN: &str = "test-bot-token-0123456789";
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Records what the adapter published and its connection reports.
+pub struct Recorder {
+    pub msgs: Mutex<Vec<InboundMessage>>,
+    pub connected: Mutex<Vec<(bool, String)>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            msgs: Mutex::new(Vec::new()),
+            connected: Mutex::new(Vec::new()),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    pub fn msgs(&self) -> Vec<InboundMessage> {
+        self.msgs.lock().unwrap().clone()
+    }
+
+    pub fn connected_reports(&self) -> Vec<(bool, String)> {
+        self.connected.lock().unwrap().clone()
+    }
+
+    /// Wait until `n` messages were published.
+    pub async fn wait_for_msgs(&self, n: usize) -> Vec<InboundMessage> {
+        let mut rx = self.changed.subscribe();
+        let _ = tokio::time::timeout(WAIT, async {
+            while self.msgs.lock().unwrap().len() < n {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        let msgs = self.msgs();
+        assert!(
+            msgs.len() >= n,
+            "expected {n} published messages, got {msgs:?}"
+        );
+        msgs
+    }
+}
+
+#[async_trait::async_trait]
+impl InboundSink for Recorder {
+    async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError> {
+        self.msgs.lock().unwrap().push(msg);
+        self.changed.send_modify(|v| *v += 1);
+        Ok(Published::Accepted)
+    }
+
+    fn set_connected(&self, channel: &str, connected: bool, detail: &str) {
+        assert_eq!(channel, "discord");
+        self.connected
+            .lock()
+            .unwrap()
+            .push((connected, detail.to_string()));
+        self.changed.send_modify(|v| *v += 1);
+    }
+}
+
+/// The fake, the adapter running against it, and the recorder.
+pub struct Harness {
+    pub fake: FakeDiscord,
+    pub channel: Arc<DiscordChannel>,
+    pub rec: Arc<Recorder>,
+    pub shutdown: CancellationToken,
+    pub run: JoinHandle<Result<(), ChannelError>>,
+}
+
+/// Config for the fake: short watchdog so stalls are noticed within a test.
+pub fn config(fake: &FakeDiscord, token: &str) -> DiscordConfig {
+    let mut cfg = DiscordConfig::new(token, fake.base_url.clone());
+    cfg.stall_timeout = Duration::from_secs(3);
+    cfg.max_inline_wait = Duration::from_secs(2);
+    cfg
+}
+
+pub async fn fake() -> FakeDiscord {
+    FakeDiscord::start_with(FakeDiscordOptions {
+        token: TOKEN.into(),
+        heartbeat_interval: Duration::from_millis(1000),
+    })
+    .await
+}
+
+/// Start the fake and the adapter; returns once READY was sent.
+pub async fn start() -> Harness {
+    let fake = fake().await;
+    let channel = Arc::new(DiscordChannel::new(config(&fake, TOKEN)).expect("channel"));
+    let rec = Recorder::new();
+    let shutdown = CancellationToken::new();
+    let run = {
+        let (c, s, r) = (channel.clone(), shutdown.clone(), rec.clone());
+        tokio::spawn(async move { c.run(InboundSender::new(r), s).await })
+    };
+    assert!(
+        fake.wait_for_sessions(1, WAIT).await,
+        "no READY within {WAIT:?}"
+    );
+    Harness {
+        fake,
+        channel,
+        rec,
+        shutdown,
+        run,
+    }
+}
+
+impl Harness {
+    /// Cancel and check that `run` returns promptly with Ok.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let res = tokio::time::timeout(Duration::from_secs(8), self.run).await;
+        assert!(
+            matches!(res, Ok(Ok(Ok(())))),
+            "run did not stop cleanly: {res:?}"
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! [`SlackConfig`]: tokens, endpoint and behaviour switches of the Slack adapter.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Slack's own limit for one message's text.
+pub const SLACK_MAX_MESSAGE_LEN: usize = 40_000;
+
+/// Configuration of the Slack adapter. Secrets are held here but never printed (`Debug`
+/// redacts them).
+#[derive(Clone)]
+pub struct SlackConfig {
+    /// Bot token (`xoxb-…`) for the Web API.
+    pub bot_token: String,
+    /// App-level token (`xapp-…`, scope `connections:write`): Socket Mode when set.
+    pub app_token: Option<String>,
+    /// Signing secret: the Events API handler accepts requests when set.
+    pub signing_secret: Option<String>,
+    /// Web API base URL, `https://slack.com/api` (GovSlack, a proxy or a fake otherwise);
+    /// a plain `http://` URL is allowed.
+    pub api_url: String,
+    /// Answer channel messages in a thread (keys `slack:<channel>:<thread_ts>`).
+    pub reply_in_thread: bool,
+    /// Longest message sent, in characters (Slack's limit is 40 000).
+    pub max_message_len: usize,
+    /// Socket Mode connections kept open at once (slack-morphism opens each one after
+    /// the previous by one second).
+    pub socket_connections: u32,
+    /// Socket Mode: wait between attempts to open a connection.
+    pub socket_reconnect_delay: Duration,
+    /// Socket Mode watchdog: with nothing (no `hello`, no event) received for this long, all
+    /// sockets are torn down and opened again. Dead TCP connections are caught sooner by
+    /// slack-morphism's ping/pong check (`socket_ping_interval` × 3 without a pong).
+    pub socket_idle_timeout: Duration,
+    /// Socket Mode: websocket ping interval (whole seconds, at least 1).
+    pub socket_ping_interval: Duration,
+    /// `send`: longest `Retry-After` waited inside one send before handing the wait back
+    /// to the caller as `SendError::RetryAfter`.
+    pub max_inline_retry_after: Duration,
+}
+
+impl SlackConfig {
+    /// A configuration with the documented defaults: `https://slack.com/api`, replies in
+    /// threads, 40 000-character messages, two sockets.
+    pub fn new(bot_token: impl Into<String>) -> Self {
+        Self {
+            bot_token: bot_token.into(),
+            app_token: None,
+            signing_secret: None,
+            api_url: "https://slack.com/api".to_string(),
+            reply_in_thread: true,
+            max_message_len: SLACK_MAX_MESSAGE_LEN,
+            socket_connections: 2,
+            socket_reconnect_delay: Duration::from_secs(5),
+            socket_idle_timeout: Duration::from_secs(3600),
+            socket_ping_interval: Duration::from_secs(10),
+            max_inline_retry_after: Duration::from_secs(30),
+        }
+    }
+
+    /// Builder: Socket Mode with this app-level token.
+    pub fn with_app_token(mut self, token: impl Into<String>) -> Self {
+        self.app_token = Some(token.into());
+        self
+    }
+
+    /// Builder: accept Events API requests signed with this secret.
+    pub fn with_signing_secret(mut self, secret: impl Into<String>) -> Self {
+        self.signing_secret = Some(secret.into());
+        self
+    }
+
+    /// Builder: Web API base URL.
+    pub fn with_api_url(mut self, url: impl Into<String>) -> Self {
+        self.api_url = url.into();
+        self
+    }
+
+    /// The message limit actually used: at least 100, at most Slack's 40 000.
+    pub(crate) fn effective_max_len(&self) -> usize {
+        self.max_message_len.clamp(100, SLACK_MAX_MESSAGE_LEN)
+    }
+}
+
+impl fmt::Debug for SlackConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redact = |s: &Option<String>| s.as_ref().map(|_| "<redacted>");
+        f.debug_struct("SlackConfig")
+            .field("bot_token", &"<redacted>")
+            .field("app_token", &redact(&self.app_token))
+            .field("signing_secret", &redact(&self.signing_secret))
+            .field("api_url", &self.api_url)
+            .field("reply_in_thread", &self.reply_in_thread)
+            .field("max_message_len", &self.max_message_len)
+            .field("socket_connections", &self.socket_connections)
+            .field("socket_reconnect_delay", &self.socket_reconnect_delay)
+            .field("socket_idle_timeout", &self.socket_idle_timeout)
+            .field("socket_ping_interval", &self.socket_ping_interval)
+            .field("max_inline_retry_after", &self.max_inline_retry_after)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_secrets() {
+        let c = SlackConfig::new("xoxb-secret")
+            .with_app_token("xapp-secret")
+            .with_signing_secret("sign-secret");
+        let s = format!("{c:?}");
+        assert!(!s.contains("secret\""), "{s}");
+        assert!(!s.contains("xoxb-"), "{s}");
+        assert!(!s.contains("xapp-"), "{s}");
+        assert!(!s.contains("sign-"), "{s}");
+    }
+}

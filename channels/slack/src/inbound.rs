@@ -1,0 +1,181 @@
+//! Slack events → [`InboundMessage`]: which events count, and how they are keyed.
+//!
+//! Works on the JSON of an `event_callback` (the Events API body, or a Socket Mode
+//! envelope's payload), so both intake modes share one set of rules:
+//! - `app_mention`, and `message` in channels, private channels, DMs and group DMs;
+//! - message subtypes other than `file_share` / `thread_broadcast` (edits, deletions, joins,
+//!   bot messages…), messages carrying a `bot_id`, and the bot's own messages are ignored;
+//! - a channel `message` that mentions the bot is skipped, because Slack also sends an
+//!   `app_mention` for it (so one user message is published once).
+
+use serde_json::{Map, Value, json};
+use switchboard_channel::{Attachment, AttachmentKind, ChatKey, InboundMessage, Sender};
+
+use crate::web::BotIdentity;
+
+/// What to do with one event.
+#[derive(Debug)]
+pub(crate) enum Intake {
+    Publish(Box<Converted>),
+    /// Dropped on purpose; the reason is for the debug log.
+    Ignore(&'static str),
+}
+
+/// A message to publish, plus what the adapter remembers about it.
+#[derive(Debug)]
+pub(crate) struct Converted {
+    pub msg: InboundMessage,
+    pub channel: String,
+    pub ts: String,
+    /// `(channel, thread root ts)` the bot now takes part in, when it was mentioned there.
+    pub joined_thread: Option<(String, String)>,
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str).filter(|x| !x.is_empty())
+}
+
+/// Subtypes that are still a person's new message.
+const KEPT_SUBTYPES: &[&str] = &["file_share", "thread_broadcast"];
+
+/// Channel type from the event, or guessed from the id prefix (`app_mention` has none).
+fn channel_type(ev: &Value, channel: &str) -> String {
+    if let Some(t) = s(ev, "channel_type") {
+        return t.to_string();
+    }
+    match channel.as_bytes().first() {
+        Some(b'D') => "im",
+        Some(b'G') => "group",
+        _ => "channel",
+    }
+    .to_string()
+}
+
+fn attachment(f: &Value) -> Option<Attachment> {
+    let location = s(f, "url_private").or_else(|| s(f, "url_private_download"))?;
+    let mime = s(f, "mimetype").map(str::to_string);
+    let kind = match mime.as_deref().and_then(|m| m.split('/').next()) {
+        Some("image") => AttachmentKind::Image,
+        Some("audio") => AttachmentKind::Audio,
+        Some("video") => AttachmentKind::Video,
+        _ => AttachmentKind::Document,
+    };
+    Some(Attachment {
+        kind,
+        name: s(f, "name").map(str::to_string),
+        mime,
+        location: location.to_string(),
+        size: f.get("size").and_then(Value::as_u64).unwrap_or(0),
+    })
+}
+
+/// Decide about one `event_callback`. `in_bot_thread(channel, thread_ts)` says whether the
+/// bot already takes part in that thread.
+pub(crate) fn convert(
+    callback: &Value,
+    me: &BotIdentity,
+    reply_in_thread: bool,
+    in_bot_thread: impl Fn(&str, &str) -> bool,
+) -> Intake {
+    let Some(event_id) = s(callback, "event_id") else {
+        return Intake::Ignore("no event_id");
+    };
+    let Some(ev) = callback.get("event") else {
+        return Intake::Ignore("no event");
+    };
+    let is_mention_event = match s(ev, "type") {
+        Some("app_mention") => true,
+        Some("message") => false,
+        _ => return Intake::Ignore("event type not handled"),
+    };
+    if let Some(sub) = s(ev, "subtype") {
+        if !KEPT_SUBTYPES.contains(&sub) {
+            return Intake::Ignore("message subtype");
+        }
+    }
+    if is_mention_event && ev.get("edited").is_some_and(|e| !e.is_null()) {
+        return Intake::Ignore("edited mention");
+    }
+    if s(ev, "bot_id").is_some() {
+        return Intake::Ignore("bot message");
+    }
+    let Some(user) = s(ev, "user") else {
+        return Intake::Ignore("no user");
+    };
+    if user == me.user_id {
+        return Intake::Ignore("own message");
+    }
+    let (Some(channel), Some(ts)) = (s(ev, "channel"), s(ev, "ts")) else {
+        return Intake::Ignore("no channel or ts");
+    };
+    let ctype = channel_type(ev, channel);
+    let is_im = ctype == "im";
+    let raw_text = s(ev, "text").unwrap_or("");
+    let tag = format!("<@{}>", me.user_id);
+    let mentions_tag = raw_text.contains(&tag);
+    if !is_mention_event && !is_im && mentions_tag {
+        return Intake::Ignore("channel message with a mention: app_mention carries it");
+    }
+    let thread_ts = s(ev, "thread_ts");
+    let root = thread_ts.unwrap_or(ts);
+    let in_thread = thread_ts.is_some_and(|t| t != ts);
+    let bot_thread = in_thread
+        && (in_bot_thread(channel, root) || s(ev, "parent_user_id") == Some(me.user_id.as_str()));
+    let mentions_bot = is_mention_event || mentions_tag || bot_thread;
+
+    let chat_id = if is_im || !reply_in_thread {
+        channel.to_string()
+    } else {
+        format!("{channel}:{root}")
+    };
+    let trimmed = raw_text.trim_start();
+    let text = trimmed
+        .strip_prefix(&tag)
+        .map(str::trim_start)
+        .unwrap_or(raw_text);
+    let sender = Sender {
+        id: user.to_string(),
+        username: None,
+        display_name: user.to_string(),
+        is_owner: false,
+    };
+    let mut msg = InboundMessage::text(
+        format!("slack:event:{event_id}"),
+        ChatKey::new("slack", chat_id),
+        sender,
+        text,
+    );
+    msg.is_group = !is_im;
+    msg.mentions_bot = mentions_bot;
+    if in_thread {
+        msg.reply_to = Some(root.to_string());
+    }
+    msg.attachments = ev
+        .get("files")
+        .and_then(Value::as_array)
+        .map(|fs| fs.iter().filter_map(attachment).collect())
+        .unwrap_or_default();
+    let mut meta = Map::new();
+    meta.insert("message_id".into(), json!(ts));
+    meta.insert("channel".into(), json!(channel));
+    meta.insert("channel_type".into(), json!(ctype));
+    if let Some(t) = thread_ts {
+        meta.insert("thread_ts".into(), json!(t));
+    }
+    if let Some(team) = s(callback, "team_id") {
+        meta.insert("team_id".into(), json!(team));
+    }
+    msg.metadata = meta;
+    msg.truncate_oversized();
+    let joined_thread = (!is_im && mentions_bot).then(|| (channel.to_string(), root.to_string()));
+    Intake::Publish(Box::new(Converted {
+        msg,
+        channel: channel.to_string(),
+        ts: ts.to_string(),
+        joined_thread,
+    }))
+}
+
+#[cfg(test)]
+#[path = "inbound_tests.rs"]
+mod tests;

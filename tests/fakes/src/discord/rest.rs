@@ -1,0 +1,204 @@
+//! The fake's REST API under `/api/v10`: gateway discovery, the bot user, channels,
+//! message posts and edits (recorded, with injected faults) and typing.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State as AxState};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use serde_json::{Value, json};
+
+use super::{Author, Fault, GUILD_ID, Recorded, Shared, message_json};
+
+type S = AxState<Arc<Shared>>;
+
+/// The REST router.
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/api/v10/gateway", get(gateway))
+        .route("/api/v10/gateway/bot", get(gateway_bot))
+        .route("/api/v10/users/@me", get(me))
+        .route("/api/v10/channels/{id}", get(channel))
+        .route("/api/v10/channels/{id}/messages", post(create_message))
+        .route("/api/v10/channels/{id}/messages/{mid}", patch(edit_message))
+        .route("/api/v10/channels/{id}/typing", post(typing))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({"message": message, "code": 0}))).into_response()
+}
+
+/// `Authorization: Bot <token>` must carry the fake's token.
+fn check_auth(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+    let expected = format!("Bot {}", shared.lock().token);
+    match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        Some(v) if v == expected => Ok(()),
+        _ => Err(error(StatusCode::UNAUTHORIZED, "401: Unauthorized")),
+    }
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "404: Not Found")
+}
+
+async fn gateway(AxState(shared): S) -> Response {
+    let url = shared.lock().gateway_url.clone();
+    Json(json!({ "url": url })).into_response()
+}
+
+async fn gateway_bot(AxState(shared): S, headers: HeaderMap) -> Response {
+    if let Err(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    let url = shared.lock().gateway_url.clone();
+    Json(json!({
+        "url": url,
+        "shards": 1,
+        "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+    }))
+    .into_response()
+}
+
+async fn me(AxState(shared): S, headers: HeaderMap) -> Response {
+    if let Err(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    let mut user = Author::this_bot().to_json();
+    user["verified"] = json!(true);
+    user["mfa_enabled"] = json!(false);
+    user["flags"] = json!(0);
+    Json(user).into_response()
+}
+
+async fn channel(AxState(shared): S, headers: HeaderMap, Path(id): Path<u64>) -> Response {
+    if let Err(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    Json(json!({
+        "id": id.to_string(),
+        "type": 0,
+        "guild_id": GUILD_ID.to_string(),
+        "name": format!("channel-{id}"),
+        "position": 0,
+        "permission_overwrites": [],
+        "nsfw": false,
+    }))
+    .into_response()
+}
+
+/// Take the next injected fault, if any, as a response.
+fn take_fault(shared: &Shared) -> Option<Response> {
+    let mut st = shared.lock();
+    let fault = st.faults.pop_front()?;
+    st.faulted_posts += 1;
+    drop(st);
+    shared.bump();
+    Some(match fault {
+        Fault::RateLimited { retry_after } => {
+            let mut r = (
+                StatusCode::TOO_MANY_REQUESTS,
+                Json(json!({"message": "You are being rate limited.", "retry_after": retry_after, "global": false})),
+            )
+                .into_response();
+            let secs = retry_after.ceil().max(0.0) as u64;
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                r.headers_mut().insert("retry-after", v);
+            }
+            r
+        }
+        Fault::ServerError => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "500: Internal Server Error",
+        ),
+    })
+}
+
+fn bot_message(id: u64, channel_id: u64, body: &Value) -> Value {
+    let content = body["content"].as_str().unwrap_or("");
+    message_json(id, channel_id, None, &Author::this_bot(), content, |m| {
+        if let Some(r) = body.get("message_reference").filter(|r| !r.is_null()) {
+            m.insert("message_reference".into(), r.clone());
+            m.insert("type".into(), json!(19));
+        }
+    })
+}
+
+async fn create_message(
+    AxState(shared): S,
+    headers: HeaderMap,
+    Path(channel_id): Path<u64>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if let Err(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    let Some(Json(body)) = body else {
+        return error(StatusCode::BAD_REQUEST, "400: body must be JSON");
+    };
+    if let Some(r) = take_fault(&shared) {
+        return r;
+    }
+    let content_len = body["content"]
+        .as_str()
+        .map(|c| c.chars().count())
+        .unwrap_or(0);
+    if content_len > 2000 {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"message": "Invalid Form Body", "code": 50035,
+                "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH",
+                "message": "Must be 2000 or fewer in length."}]}}})),
+        )
+            .into_response();
+    }
+    let mut st = shared.lock();
+    let id = st.new_id();
+    st.posts.push(Recorded {
+        channel_id,
+        message_id: id,
+        body: body.clone(),
+    });
+    drop(st);
+    shared.bump();
+    Json(bot_message(id, channel_id, &body)).into_response()
+}
+
+async fn edit_message(
+    AxState(shared): S,
+    headers: HeaderMap,
+    Path((channel_id, message_id)): Path<(u64, u64)>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if let Err(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    let Some(Json(body)) = body else {
+        return error(StatusCode::BAD_REQUEST, "400: body must be JSON");
+    };
+    if let Some(r) = take_fault(&shared) {
+        return r;
+    }
+    shared.lock().edits.push(Recorded {
+        channel_id,
+        message_id,
+        body: body.clone(),
+    });
+    shared.bump();
+    let mut msg = bot_message(message_id, channel_id, &body);
+    msg["edited_timestamp"] = json!("2025-01-01T00:00:01.000000+00:00");
+    Json(msg).into_response()
+}
+
+async fn typing(AxState(shared): S, headers: HeaderMap, Path(channel_id): Path<u64>) -> Response {
+    if let Err(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    shared.lock().typing.push(channel_id);
+    shared.bump();
+    StatusCode::NO_CONTENT.into_response()
+}
