@@ -313,6 +313,6 @@ mod tests {
     fn html_becomes_readable_text() {
         let html = "<html><head><title>T</title><style>p{}</style><script>var x=1<2;</script></head>\
                     <body><h1>Hello &amp; welcome</h1><p>One&nbsp;two</p><ul><li>a</li><li>b &#x263A;</li></ul></body></html>";
-        assert_eq!(html_to_text(html), "T\nHello & welcome\nOne two\n- a\n- b \u{263A}");
+        assert_eq!(html_to_text(html), "T\n\nHello & welcome\n\nOne two\n\n- a\n- b \u{263A}");
     }
 }
