@@ -8,7 +8,9 @@ use serde_json::json;
 use switchboard::llm::anthropic::Anthropic;
 use switchboard::llm::openai::OpenAi;
 use switchboard::llm::resilient::Resilient;
-use switchboard::llm::{ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role, ToolCall, ToolSpec};
+use switchboard::llm::{
+    ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role, ToolCall, ToolSpec,
+};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 fn request(model: &str) -> LlmRequest {
@@ -29,7 +31,10 @@ fn request(model: &str) -> LlmRequest {
 fn collecting_sink() -> (DeltaSink, Arc<Mutex<Vec<String>>>) {
     let got = Arc::new(Mutex::new(Vec::new()));
     let g = got.clone();
-    (Arc::new(move |t: &str| g.lock().unwrap().push(t.to_string())), got)
+    (
+        Arc::new(move |t: &str| g.lock().unwrap().push(t.to_string())),
+        got,
+    )
 }
 
 fn script(llm: &FakeLlm) {
@@ -46,17 +51,31 @@ fn assert_tool_answer(r: &switchboard::llm::LlmResponse) {
     assert_eq!(r.text, "Let me look.");
     assert_eq!(r.tool_calls.len(), 2);
     assert_eq!(r.tool_calls[0].name, "read_file");
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&r.tool_calls[0].arguments).unwrap(), json!({"path": "notes.md"}));
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&r.tool_calls[1].arguments).unwrap(), json!({"path": "todo.md"}));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&r.tool_calls[0].arguments).unwrap(),
+        json!({"path": "notes.md"})
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&r.tool_calls[1].arguments).unwrap(),
+        json!({"path": "todo.md"})
+    );
     assert_ne!(r.tool_calls[0].id, r.tool_calls[1].id);
     assert!(!r.tool_calls[0].id.is_empty());
-    assert_eq!((r.usage.prompt_tokens, r.usage.completion_tokens), (120, 30));
+    assert_eq!(
+        (r.usage.prompt_tokens, r.usage.completion_tokens),
+        (120, 30)
+    );
 }
 
 #[tokio::test]
 async fn openai_non_stream_and_stream_assemble_tool_calls() {
     let llm = FakeLlm::start().await;
-    let p = OpenAi::new(&llm.base_url(), Some("sk-test".into()), Duration::from_secs(10)).unwrap();
+    let p = OpenAi::new(
+        &llm.base_url(),
+        Some("sk-test".into()),
+        Duration::from_secs(10),
+    )
+    .unwrap();
     script(&llm);
     let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
     assert_tool_answer(&r);
@@ -64,7 +83,10 @@ async fn openai_non_stream_and_stream_assemble_tool_calls() {
 
     script(&llm);
     let (sink, got) = collecting_sink();
-    let r = p.complete(&request("gpt-4o-mini"), Some(sink)).await.unwrap();
+    let r = p
+        .complete(&request("gpt-4o-mini"), Some(sink))
+        .await
+        .unwrap();
     assert_tool_answer(&r);
     let deltas = got.lock().unwrap().clone();
     assert!(deltas.len() >= 3, "text arrives in pieces: {deltas:?}");
@@ -76,7 +98,10 @@ async fn openai_non_stream_and_stream_assemble_tool_calls() {
     let body = &reqs[1].body;
     assert_eq!(reqs[1].headers["authorization"], "Bearer sk-test");
     assert_eq!(body["messages"][0]["role"], "system");
-    assert_eq!(body["messages"][0]["content"], "You are Switchboard.\n\nCurrent time: 12:00.");
+    assert_eq!(
+        body["messages"][0]["content"],
+        "You are Switchboard.\n\nCurrent time: 12:00."
+    );
     assert_eq!(body["tools"][0]["function"]["name"], "read_file");
     assert_eq!(body["stream_options"]["include_usage"], true);
 }
@@ -87,7 +112,11 @@ async fn openai_sends_tool_results_with_their_call_ids() {
     let p = OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap();
     let mut req = request("gpt-4o-mini");
     let mut call = ChatMessage::new(Role::Assistant, "");
-    call.tool_calls.push(ToolCall { id: "call_1".into(), name: "read_file".into(), arguments: "{\"path\":\"a\"}".into() });
+    call.tool_calls.push(ToolCall {
+        id: "call_1".into(),
+        name: "read_file".into(),
+        arguments: "{\"path\":\"a\"}".into(),
+    });
     let mut result = ChatMessage::new(Role::Tool, "file body");
     result.tool_call_id = Some("call_1".into());
     req.messages.extend([call, result]);
@@ -97,7 +126,10 @@ async fn openai_sends_tool_results_with_their_call_ids() {
     let body = &llm.requests()[0].body;
     assert_eq!(body["messages"][2]["tool_calls"][0]["id"], "call_1");
     assert_eq!(body["messages"][2]["content"], serde_json::Value::Null);
-    assert_eq!(body["messages"][3], json!({"role": "tool", "content": "file body", "tool_call_id": "call_1"}));
+    assert_eq!(
+        body["messages"][3],
+        json!({"role": "tool", "content": "file body", "tool_call_id": "call_1"})
+    );
 }
 
 #[tokio::test]
@@ -105,13 +137,19 @@ async fn anthropic_non_stream_and_stream_assemble_tool_use() {
     let llm = FakeLlm::start().await;
     let p = Anthropic::new(&llm.url(), Some("ak-test".into()), Duration::from_secs(10)).unwrap();
     script(&llm);
-    let r = p.complete(&request("claude-sonnet-4-5"), None).await.unwrap();
+    let r = p
+        .complete(&request("claude-sonnet-4-5"), None)
+        .await
+        .unwrap();
     assert_tool_answer(&r);
     assert_eq!(r.finish_reason, "tool_use");
 
     script(&llm);
     let (sink, got) = collecting_sink();
-    let r = p.complete(&request("claude-sonnet-4-5"), Some(sink)).await.unwrap();
+    let r = p
+        .complete(&request("claude-sonnet-4-5"), Some(sink))
+        .await
+        .unwrap();
     assert_tool_answer(&r);
     assert_eq!(got.lock().unwrap().concat(), "Let me look.");
 
@@ -128,27 +166,49 @@ async fn anthropic_non_stream_and_stream_assemble_tool_use() {
             {"type": "text", "text": "Current time: 12:00."}
         ])
     );
-    assert_eq!(body["tools"][0]["input_schema"]["required"], json!(["path"]));
+    assert_eq!(
+        body["tools"][0]["input_schema"]["required"],
+        json!(["path"])
+    );
 }
 
 #[tokio::test]
 async fn anthropic_sends_tool_use_and_tool_result_blocks() {
     let llm = FakeLlm::start().await;
-    let p = Anthropic::new(&format!("{}/v1", llm.url()), Some("k".into()), Duration::from_secs(10)).unwrap();
+    let p = Anthropic::new(
+        &format!("{}/v1", llm.url()),
+        Some("k".into()),
+        Duration::from_secs(10),
+    )
+    .unwrap();
     let mut req = request("claude-sonnet-4-5");
     let mut call = ChatMessage::new(Role::Assistant, "Checking.");
-    call.tool_calls.push(ToolCall { id: "toolu_1".into(), name: "read_file".into(), arguments: "{\"path\":\"a\"}".into() });
+    call.tool_calls.push(ToolCall {
+        id: "toolu_1".into(),
+        name: "read_file".into(),
+        arguments: "{\"path\":\"a\"}".into(),
+    });
     let mut result = ChatMessage::new(Role::Tool, "file body");
     result.tool_call_id = Some("toolu_1".into());
-    req.messages.extend([call, result, ChatMessage::new(Role::System, "[steering] be brief")]);
+    req.messages.extend([
+        call,
+        result,
+        ChatMessage::new(Role::System, "[steering] be brief"),
+    ]);
     llm.push(Reply::text("done"));
     p.complete(&req, None).await.unwrap();
     let body = &llm.requests()[0].body;
     let msgs = body["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 3, "roles alternate: {msgs:?}");
-    assert_eq!(msgs[1]["content"][1], json!({"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}}));
+    assert_eq!(
+        msgs[1]["content"][1],
+        json!({"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}})
+    );
     assert_eq!(msgs[2]["role"], "user");
-    assert_eq!(msgs[2]["content"][0], json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "file body"}));
+    assert_eq!(
+        msgs[2]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "file body"})
+    );
     assert_eq!(msgs[2]["content"][1]["text"], "[steering] be brief");
 }
 
@@ -157,17 +217,28 @@ async fn errors_are_classified() {
     let llm = FakeLlm::start().await;
     let p = OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap();
     llm.push(Reply::context_overflow());
-    assert!(matches!(p.complete(&request("m"), None).await, Err(LlmError::ContextOverflow)));
+    assert!(matches!(
+        p.complete(&request("m"), None).await,
+        Err(LlmError::ContextOverflow)
+    ));
     llm.push(Reply::rate_limited(7));
     match p.complete(&request("m"), None).await {
-        Err(LlmError::RateLimited { retry_after }) => assert_eq!(retry_after, Some(Duration::from_secs(7))),
+        Err(LlmError::RateLimited { retry_after }) => {
+            assert_eq!(retry_after, Some(Duration::from_secs(7)))
+        }
         other => panic!("{other:?}"),
     }
     let a = Anthropic::new(&llm.url(), Some("k".into()), Duration::from_secs(10)).unwrap();
     llm.push(Reply::overloaded());
-    assert!(matches!(a.complete(&request("m"), None).await, Err(LlmError::Unavailable(_))));
+    assert!(matches!(
+        a.complete(&request("m"), None).await,
+        Err(LlmError::Unavailable(_))
+    ));
     llm.push(Reply::context_overflow());
-    assert!(matches!(a.complete(&request("m"), None).await, Err(LlmError::ContextOverflow)));
+    assert!(matches!(
+        a.complete(&request("m"), None).await,
+        Err(LlmError::ContextOverflow)
+    ));
 }
 
 type Sleeps = Arc<Mutex<Vec<Duration>>>;
@@ -230,7 +301,10 @@ async fn falls_back_after_repeated_500s_and_cools_the_failed_model_down() {
     let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
     assert_eq!(r.text, "from backup");
     let models: Vec<String> = llm.requests().iter().map(|r| r.model.clone()).collect();
-    assert_eq!(models, ["gpt-4o-mini", "gpt-4o-mini", "gpt-4o-mini", "backup-model"]);
+    assert_eq!(
+        models,
+        ["gpt-4o-mini", "gpt-4o-mini", "gpt-4o-mini", "backup-model"]
+    );
 
     // The failed model cools down: the next request goes straight to the fallback.
     llm.clear();

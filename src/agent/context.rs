@@ -19,7 +19,11 @@ pub fn tokens(text: &str) -> usize {
 
 /// Estimated tokens of one message (with a little per-message overhead).
 pub fn message_tokens(m: &ChatMessage) -> usize {
-    4 + tokens(&m.content) + m.tool_calls.iter().map(|c| 4 + tokens(&c.name) + tokens(&c.arguments)).sum::<usize>()
+    4 + tokens(&m.content)
+        + m.tool_calls
+            .iter()
+            .map(|c| 4 + tokens(&c.name) + tokens(&c.arguments))
+            .sum::<usize>()
 }
 
 /// Estimated tokens of several messages.
@@ -29,7 +33,9 @@ pub fn total(ms: &[ChatMessage]) -> usize {
 
 /// Estimated tokens of the tool schemas offered.
 pub fn schema_tokens(specs: &[ToolSpec]) -> usize {
-    serde_json::to_string(specs).map(|s| tokens(&s)).unwrap_or(0)
+    serde_json::to_string(specs)
+        .map(|s| tokens(&s))
+        .unwrap_or(0)
 }
 
 /// Tokens left for messages: `context_window − max_tokens − schemas − system prompt`.
@@ -89,7 +95,10 @@ pub fn fit(history: &[ChatMessage], extra: usize, budget: usize) -> (Vec<ChatMes
         start = start.max(p);
     }
     // Never start with anything but a user message (providers reject orphans).
-    let lead = kept[start..].iter().position(|m| m.role == Role::User).unwrap_or(0);
+    let lead = kept[start..]
+        .iter()
+        .position(|m| m.role == Role::User)
+        .unwrap_or(0);
     start += lead;
     kept.drain(..start);
     (kept, start)
@@ -113,7 +122,9 @@ pub fn summarize(previous: Option<&str>, older: &[ChatMessage]) -> String {
                 let names: Vec<&str> = m.tool_calls.iter().map(|c| c.name.as_str()).collect();
                 format!("- You used: {}", names.join(", "))
             }
-            Role::Assistant if !m.content.trim().is_empty() => format!("- You: {}", clip(&m.content)),
+            Role::Assistant if !m.content.trim().is_empty() => {
+                format!("- You: {}", clip(&m.content))
+            }
             _ => continue,
         };
         if !s.is_empty() {
@@ -142,10 +153,20 @@ mod tests {
         let big = "x".repeat(3000);
         let mut h = vec![user(&big), ChatMessage::new(Role::Assistant, big.clone())];
         let mut call = ChatMessage::new(Role::Assistant, "");
-        call.tool_calls.push(ToolCall { id: "c1".into(), name: "read_file".into(), arguments: "{}".into() });
+        call.tool_calls.push(ToolCall {
+            id: "c1".into(),
+            name: "read_file".into(),
+            arguments: "{}".into(),
+        });
         let mut res = ChatMessage::new(Role::Tool, big.clone());
         res.tool_call_id = Some("c1".into());
-        h.extend([user("second"), call, res, ChatMessage::new(Role::Assistant, "done"), user("now")]);
+        h.extend([
+            user("second"),
+            call,
+            res,
+            ChatMessage::new(Role::Assistant, "done"),
+            user("now"),
+        ]);
         let (kept, dropped) = fit(&h, 0, 1500);
         assert_eq!(dropped, 2);
         assert_eq!(kept[0], user("second"));
@@ -157,7 +178,10 @@ mod tests {
 
     #[test]
     fn summary_keeps_the_gist() {
-        let s = summarize(Some("- User: hi"), &[user("what is 2+2"), ChatMessage::new(Role::Assistant, "4")]);
+        let s = summarize(
+            Some("- User: hi"),
+            &[user("what is 2+2"), ChatMessage::new(Role::Assistant, "4")],
+        );
         assert_eq!(s, "- User: hi\n- User: what is 2+2\n- You: 4");
     }
 }

@@ -70,7 +70,12 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn new(config: Arc<Config>, store: Arc<dyn Store>, llm: Arc<dyn LlmProvider>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<dyn Store>,
+        llm: Arc<dyn LlmProvider>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             config,
             store,
@@ -107,7 +112,8 @@ impl Agent {
 
     /// An extra chat command, `name` without the slash (`reminders`).
     pub fn with_command(mut self, name: &str, f: CommandFn) -> Self {
-        self.commands.insert(name.trim_start_matches('/').to_string(), f);
+        self.commands
+            .insert(name.trim_start_matches('/').to_string(), f);
         self
     }
 
@@ -175,11 +181,19 @@ impl Agent {
     }
 
     /// A reply to `last`: `in_reply_to_inbound` is its id, `reply_to` its platform id.
-    fn reply(last: &InboundMessage, text: impl Into<String>, kind: OutboundKind) -> OutboundMessage {
+    fn reply(
+        last: &InboundMessage,
+        text: impl Into<String>,
+        kind: OutboundKind,
+    ) -> OutboundMessage {
         let mut r = OutboundMessage::new(last.key.clone(), text);
         r.kind = kind;
         r.in_reply_to_inbound = Some(last.id.clone());
-        r.reply_to = last.metadata.get("message_id").and_then(|v| v.as_str()).map(String::from);
+        r.reply_to = last
+            .metadata
+            .get("message_id")
+            .and_then(|v| v.as_str())
+            .map(String::from);
         r
     }
 }

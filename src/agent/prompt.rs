@@ -28,7 +28,12 @@ fn read_capped(path: &Path) -> Option<String> {
 }
 
 /// The stable prefix for a turn whose last message is `last`.
-pub fn stable(config: &Config, skills: &[Skill], last: &InboundMessage, summary: Option<&str>) -> String {
+pub fn stable(
+    config: &Config,
+    skills: &[Skill],
+    last: &InboundMessage,
+    summary: Option<&str>,
+) -> String {
     let name = &config.agent.name;
     let mut p = format!(
         "You are {name}, a personal AI assistant. People reach you over several chat apps \
@@ -55,7 +60,11 @@ pub fn stable(config: &Config, skills: &[Skill], last: &InboundMessage, summary:
             let _ = write!(p, "\n### Skill: {}\n{}\n", s.name, s.body);
         }
     }
-    let chat = if last.is_group { "a group chat" } else { "a direct chat" };
+    let chat = if last.is_group {
+        "a group chat"
+    } else {
+        "a direct chat"
+    };
     let _ = write!(
         p,
         "\n\n## This chat\nChannel: {} ({chat}), chat key {}. Talking with: {}.",

@@ -58,12 +58,19 @@ fn with_steering(history: Vec<ChatMessage>, steering: &[String]) -> Vec<ChatMess
     if steering.is_empty() {
         return history;
     }
-    let at = history.iter().rposition(|m| m.role == Role::User).unwrap_or(history.len());
+    let at = history
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .unwrap_or(history.len());
     let mut out = Vec::with_capacity(history.len() + steering.len());
     let mut rest = history;
     let tail = rest.split_off(at);
     out.extend(rest);
-    out.extend(steering.iter().map(|s| ChatMessage::new(Role::System, s.clone())));
+    out.extend(
+        steering
+            .iter()
+            .map(|s| ChatMessage::new(Role::System, s.clone())),
+    );
     out.extend(tail);
     out
 }
@@ -93,9 +100,16 @@ pub async fn run(
         }
         state.iteration += 1;
         let mut steer = spec.steering.clone();
-        steer.extend(steering::iteration_budget(state.iteration, spec.max_iterations));
+        steer.extend(steering::iteration_budget(
+            state.iteration,
+            spec.max_iterations,
+        ));
         if state.iteration == 1 || state.empty_retried {
-            steer.extend(steering::tool_nudge(&spec.user_text, &names, state.empty_retried && state.produced.is_empty()));
+            steer.extend(steering::tool_nudge(
+                &spec.user_text,
+                &names,
+                state.empty_retried && state.produced.is_empty(),
+            ));
         }
         let extra: usize = context::total(&state.produced)
             + steer.iter().map(|s| context::tokens(s) + 4).sum::<usize>();
@@ -131,8 +145,12 @@ pub async fn run(
                 return LoopEnd::Failed(e);
             }
         };
-        metrics.llm_prompt_tokens.fetch_add(resp.usage.prompt_tokens, Ordering::Relaxed);
-        metrics.llm_completion_tokens.fetch_add(resp.usage.completion_tokens, Ordering::Relaxed);
+        metrics
+            .llm_prompt_tokens
+            .fetch_add(resp.usage.prompt_tokens, Ordering::Relaxed);
+        metrics
+            .llm_completion_tokens
+            .fetch_add(resp.usage.completion_tokens, Ordering::Relaxed);
         if resp.tool_calls.is_empty() {
             if resp.text.trim().is_empty() && state.produced.is_empty() && !state.empty_retried {
                 // An empty first answer is retried once, with a nudge.
@@ -140,7 +158,9 @@ pub async fn run(
                 state.iteration -= 1;
                 continue;
             }
-            state.produced.push(ChatMessage::new(Role::Assistant, resp.text.clone()));
+            state
+                .produced
+                .push(ChatMessage::new(Role::Assistant, resp.text.clone()));
             return LoopEnd::Answer(resp.text);
         }
         let mut call_msg = ChatMessage::new(Role::Assistant, resp.text.clone());
@@ -180,6 +200,8 @@ pub async fn run(
         "I stopped after {} steps without finishing (my limit per message). Tell me if I should continue from where I got.",
         spec.max_iterations
     );
-    state.produced.push(ChatMessage::new(Role::Assistant, note.clone()));
+    state
+        .produced
+        .push(ChatMessage::new(Role::Assistant, note.clone()));
     LoopEnd::Limit(note)
 }

@@ -84,7 +84,9 @@ impl Session {
             .scan(Tree::Sessions, &[])?
             .into_iter()
             .map(|(k, v)| {
-                let n = serde_json::from_slice::<Session>(&v).map(|s| s.messages.len()).unwrap_or(0);
+                let n = serde_json::from_slice::<Session>(&v)
+                    .map(|s| s.messages.len())
+                    .unwrap_or(0);
                 (String::from_utf8_lossy(&k).into_owned(), n)
             })
             .collect())

@@ -85,7 +85,10 @@ pub fn load_skills(config: &Config) -> Vec<Skill> {
             by_name.entry(s.name.clone()).or_insert(s);
         }
     }
-    for s in load_dir(&config.gateway.workspace.join("skills"), SkillSource::Workspace) {
+    for s in load_dir(
+        &config.gateway.workspace.join("skills"),
+        SkillSource::Workspace,
+    ) {
         by_name.insert(s.name.clone(), s);
     }
     by_name.into_values().collect()
@@ -95,7 +98,11 @@ fn load_dir(dir: &Path, source: SkillSource) -> Vec<Skill> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut dirs: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    let mut dirs: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
     dirs.sort();
     dirs.into_iter()
         .filter_map(|d| {
@@ -145,12 +152,21 @@ pub fn parse(text: &str, dir: &Path, source: SkillSource) -> Option<Skill> {
         let indented = line.starts_with(' ') || line.starts_with('\t');
         let t = line.trim();
         if let Some(item) = t.strip_prefix("- ") {
-            fields.entry(last_key.clone()).or_default().push(unquote(item).to_string());
+            fields
+                .entry(last_key.clone())
+                .or_default()
+                .push(unquote(item).to_string());
             continue;
         }
-        let Some((k, v)) = t.split_once(':') else { continue };
+        let Some((k, v)) = t.split_once(':') else {
+            continue;
+        };
         let k = k.trim();
-        let key = if indented && !parent.is_empty() { format!("{parent}.{k}") } else { k.to_string() };
+        let key = if indented && !parent.is_empty() {
+            format!("{parent}.{k}")
+        } else {
+            k.to_string()
+        };
         if !indented {
             parent = k.to_string();
         }
@@ -168,7 +184,11 @@ pub fn parse(text: &str, dir: &Path, source: SkillSource) -> Option<Skill> {
     };
     let requires_bins = list("requires.bins", "requires_bins");
     let requires_env = list("requires.env", "requires_env");
-    let mut missing: Vec<String> = requires_bins.iter().filter(|b| !on_path(b)).map(|b| format!("bin:{b}")).collect();
+    let mut missing: Vec<String> = requires_bins
+        .iter()
+        .filter(|b| !on_path(b))
+        .map(|b| format!("bin:{b}"))
+        .collect();
     missing.extend(
         requires_env
             .iter()
@@ -178,7 +198,9 @@ pub fn parse(text: &str, dir: &Path, source: SkillSource) -> Option<Skill> {
     Some(Skill {
         name,
         description: scalar.get("description").cloned().unwrap_or_default(),
-        always: scalar.get("always").is_some_and(|v| v == "true" || v == "yes"),
+        always: scalar
+            .get("always")
+            .is_some_and(|v| v == "true" || v == "yes"),
         requires_bins,
         requires_env,
         body,
@@ -190,12 +212,16 @@ pub fn parse(text: &str, dir: &Path, source: SkillSource) -> Option<Skill> {
 
 /// Whether an executable named `bin` is on `PATH`.
 fn on_path(bin: &str) -> bool {
-    let Some(path) = std::env::var_os("PATH") else { return false };
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
     std::env::split_paths(&path).any(|d| {
         let p = d.join(bin);
         p.is_file() && {
             use std::os::unix::fs::PermissionsExt;
-            p.metadata().map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+            p.metadata()
+                .map(|m| m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
         }
     })
 }
@@ -213,7 +239,13 @@ mod tests {
         assert!(s.always);
         assert_eq!(s.requires_bins, vec!["sh", "definitely-not-a-bin-xyz"]);
         assert_eq!(s.requires_env, vec!["SWITCHBOARD_TEST_UNSET_VAR"]);
-        assert_eq!(s.missing, vec!["bin:definitely-not-a-bin-xyz", "env:SWITCHBOARD_TEST_UNSET_VAR"]);
+        assert_eq!(
+            s.missing,
+            vec![
+                "bin:definitely-not-a-bin-xyz",
+                "env:SWITCHBOARD_TEST_UNSET_VAR"
+            ]
+        );
         assert_eq!(s.body, "# Weather\nUse web_fetch.");
         assert!(parse("no front matter", Path::new("/x"), SkillSource::Bundled).is_none());
     }

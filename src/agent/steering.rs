@@ -12,14 +12,24 @@ pub const CLOCK_REFRESH_MINUTES: i64 = 30;
 /// How replies should look on this channel.
 pub fn channel_style(channel: &str, is_group: bool) -> Option<String> {
     let style = match channel {
-        "telegram" => "Telegram: keep replies short and conversational; use simple markdown (bold, italic, code, links), no tables, no headings.",
-        "discord" => "Discord: keep each reply under 2000 characters; Discord markdown is fine; no tables.",
-        "slack" => "Slack: use Slack-friendly formatting (bold, italic, code, bullet lists; no tables or headings); you reply in a thread.",
+        "telegram" => {
+            "Telegram: keep replies short and conversational; use simple markdown (bold, italic, code, links), no tables, no headings."
+        }
+        "discord" => {
+            "Discord: keep each reply under 2000 characters; Discord markdown is fine; no tables."
+        }
+        "slack" => {
+            "Slack: use Slack-friendly formatting (bold, italic, code, bullet lists; no tables or headings); you reply in a thread."
+        }
         "api" => "API: reply in plain markdown; complete, self-contained answers.",
         "cli" => "Terminal: plain text with light markdown; no wide tables.",
         _ => return None,
     };
-    let group = if is_group { " This is a group: several people talk; address the person who asked." } else { "" };
+    let group = if is_group {
+        " This is a group: several people talk; address the person who asked."
+    } else {
+        ""
+    };
     Some(format!("{style}{group}"))
 }
 
@@ -47,7 +57,9 @@ pub fn iteration_budget(iteration: u32, max: u32) -> Option<String> {
     let left = max.saturating_sub(iteration);
     match left {
         0 => Some("This is your last step: answer the user now without calling tools.".into()),
-        1..=2 => Some(format!("You have {left} more tool step(s) after this one; wrap up and answer soon.")),
+        1..=2 => Some(format!(
+            "You have {left} more tool step(s) after this one; wrap up and answer soon."
+        )),
         _ => None,
     }
 }
@@ -58,11 +70,17 @@ pub fn tool_nudge(user_text: &str, tools: &[&str], empty_retry: bool) -> Option<
         return Some("Your previous answer was empty. Answer the user, or call a tool.".into());
     }
     let t = user_text.to_lowercase();
-    if tools.contains(&"cron") && (t.contains("remind") || t.contains("every day") || t.contains("schedule")) {
-        return Some("To remind or schedule, use the cron tool; do not just promise to remember.".into());
+    if tools.contains(&"cron")
+        && (t.contains("remind") || t.contains("every day") || t.contains("schedule"))
+    {
+        return Some(
+            "To remind or schedule, use the cron tool; do not just promise to remember.".into(),
+        );
     }
     if tools.contains(&"web_fetch") && (t.contains("http://") || t.contains("https://")) {
-        return Some("The message contains a link: fetch it with web_fetch before talking about it.".into());
+        return Some(
+            "The message contains a link: fetch it with web_fetch before talking about it.".into(),
+        );
     }
     if tools.contains(&"memory") && t.contains("remember") {
         return Some("To keep a fact for later, store it with the memory tool.".into());
@@ -104,7 +122,11 @@ mod tests {
     fn generators_fire_only_when_relevant() {
         assert!(channel_style("discord", false).unwrap().contains("2000"));
         assert_eq!(channel_style("matrix", false), None);
-        assert!(system_origin(&Origin::System(SystemOrigin::Heartbeat)).unwrap().contains("HEARTBEAT_OK"));
+        assert!(
+            system_origin(&Origin::System(SystemOrigin::Heartbeat))
+                .unwrap()
+                .contains("HEARTBEAT_OK")
+        );
         assert_eq!(system_origin(&Origin::User), None);
         assert_eq!(iteration_budget(2, 20), None);
         assert!(iteration_budget(18, 20).unwrap().contains("2 more"));
@@ -113,7 +135,11 @@ mod tests {
         assert!(identity_reanchor("Bo", 16).unwrap().contains("you are Bo"));
         assert_eq!(clock_refresh(Some(5), "now"), None);
         assert!(clock_refresh(Some(45), "12:00").unwrap().contains("12:00"));
-        assert!(tool_nudge("remind me at 5", &["cron"], false).unwrap().contains("cron"));
+        assert!(
+            tool_nudge("remind me at 5", &["cron"], false)
+                .unwrap()
+                .contains("cron")
+        );
         assert_eq!(tool_nudge("remind me at 5", &["exec"], false), None);
     }
 }

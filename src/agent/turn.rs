@@ -22,9 +22,13 @@ impl Agent {
             let mut text = match &m.origin {
                 Origin::User if m.is_group => format!("[{}] {}", m.sender.display_name, m.text),
                 Origin::User => m.text.clone(),
-                Origin::System(SystemOrigin::Cron { job_id }) => format!("[scheduled job {job_id}] {}", m.text),
+                Origin::System(SystemOrigin::Cron { job_id }) => {
+                    format!("[scheduled job {job_id}] {}", m.text)
+                }
                 Origin::System(SystemOrigin::Heartbeat) => format!("[heartbeat] {}", m.text),
-                Origin::System(SystemOrigin::Subagent { id }) => format!("[sub-agent {id} finished] {}", m.text),
+                Origin::System(SystemOrigin::Subagent { id }) => {
+                    format!("[sub-agent {id} finished] {}", m.text)
+                }
             };
             if let Some(quoted) = m.metadata.get("reply_to_text").and_then(|v| v.as_str()) {
                 text = format!("(replying to: \"{quoted}\")\n{text}");
@@ -101,9 +105,21 @@ impl Agent {
             steering: self.turn_steering(last, &session, &dynamic),
             user_text: user.content.clone(),
         };
-        let mut state = LoopState { history, ..Default::default() };
+        let mut state = LoopState {
+            history,
+            ..Default::default()
+        };
         let sink = self.streams.as_ref().and_then(|s| s.sink_for(&last.id));
-        let mut end = run::run(self.llm.as_ref(), &registry, &ctx, &spec, &mut state, sink.clone(), &self.metrics).await;
+        let mut end = run::run(
+            self.llm.as_ref(),
+            &registry,
+            &ctx,
+            &spec,
+            &mut state,
+            sink.clone(),
+            &self.metrics,
+        )
+        .await;
         if matches!(end, LoopEnd::Overflow) {
             // Compact: fold all but the current message into the summary, then retry once.
             tracing::info!(%key, "context overflow: compacting the session and retrying once");
@@ -113,10 +129,22 @@ impl Agent {
             session.messages.truncate(stored_start);
             let mut fold_all = std::mem::take(&mut session.messages);
             fold_all.extend(folded);
-            session.summary = Some(super::context::summarize(session.summary.as_deref(), &fold_all));
+            session.summary = Some(super::context::summarize(
+                session.summary.as_deref(),
+                &fold_all,
+            ));
             spec.system = prompt::stable(&self.config, &skills, last, session.summary.as_deref());
             spec.steering.extend(steering::compaction_recovery(true));
-            end = run::run(self.llm.as_ref(), &registry, &ctx, &spec, &mut state, sink, &self.metrics).await;
+            end = run::run(
+                self.llm.as_ref(),
+                &registry,
+                &ctx,
+                &spec,
+                &mut state,
+                sink,
+                &self.metrics,
+            )
+            .await;
         }
         let mut writes = Batch::default();
         if last.origin == Origin::User {
@@ -132,12 +160,18 @@ impl Agent {
                 // `/stop`: keep what happened (tool results say "cancelled"); the bus
                 // already answered "Stopped.".
                 self.store_session(&mut session, user, state.produced, key, &mut writes);
-                return Ok(TurnOutput { replies: Vec::new(), writes });
+                return Ok(TurnOutput {
+                    replies: Vec::new(),
+                    writes,
+                });
             }
             LoopEnd::Overflow => {
                 self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
                 let text = "⚠️ This conversation is too long for the model even after condensing it. Send /new to start fresh.";
-                return Ok(TurnOutput { replies: vec![Self::reply(last, text, OutboundKind::Error)], writes });
+                return Ok(TurnOutput {
+                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    writes,
+                });
             }
             LoopEnd::Failed(e) => {
                 self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
@@ -145,7 +179,10 @@ impl Agent {
                 let text = format!(
                     "⚠️ Sorry, I couldn't get an answer from the language model ({e}). Please try again in a moment."
                 );
-                return Ok(TurnOutput { replies: vec![Self::reply(last, text, OutboundKind::Error)], writes });
+                return Ok(TurnOutput {
+                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    writes,
+                });
             }
         };
         self.store_session(&mut session, user, state.produced, key, &mut writes);

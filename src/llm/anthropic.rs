@@ -14,7 +14,9 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use super::openai::{classify, retry_after, transport};
-use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse};
+use super::{
+    DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse,
+};
 
 /// The API version header every request carries.
 const VERSION: &str = "2023-06-01";
@@ -28,7 +30,11 @@ pub struct Anthropic {
 
 impl Anthropic {
     /// `base_url` is `https://api.anthropic.com` (with or without `/v1`).
-    pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Result<Self, LlmError> {
+    pub fn new(
+        base_url: &str,
+        api_key: Option<String>,
+        timeout: Duration,
+    ) -> Result<Self, LlmError> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(10))
@@ -49,7 +55,9 @@ impl Anthropic {
         for m in &req.messages {
             let (role, blocks) = match m.role {
                 // A stray system message inside the history becomes user text.
-                Role::User | Role::System => ("user", vec![json!({"type": "text", "text": m.content})]),
+                Role::User | Role::System => {
+                    ("user", vec![json!({"type": "text", "text": m.content})])
+                }
                 Role::Assistant => {
                     let mut blocks = Vec::new();
                     if !m.content.is_empty() {
@@ -60,7 +68,9 @@ impl Anthropic {
                             .ok()
                             .filter(Value::is_object)
                             .unwrap_or_else(|| json!({}));
-                        blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+                        blocks.push(
+                            json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                        );
                     }
                     if blocks.is_empty() {
                         blocks.push(json!({"type": "text", "text": "(no answer)"}));
@@ -89,7 +99,9 @@ impl Anthropic {
             .collect();
         let mut system = Vec::new();
         if !req.system.is_empty() {
-            system.push(json!({"type": "text", "text": req.system, "cache_control": {"type": "ephemeral"}}));
+            system.push(
+                json!({"type": "text", "text": req.system, "cache_control": {"type": "ephemeral"}}),
+            );
         }
         if !req.system_dynamic.is_empty() {
             system.push(json!({"type": "text", "text": req.system_dynamic}));
@@ -143,7 +155,8 @@ impl Assembly {
         let index = v["index"].as_u64().unwrap_or(0);
         match kind {
             "message_start" => {
-                self.out.usage.prompt_tokens = v["message"]["usage"]["input_tokens"].as_u64().unwrap_or(0);
+                self.out.usage.prompt_tokens =
+                    v["message"]["usage"]["input_tokens"].as_u64().unwrap_or(0);
             }
             "content_block_start" => {
                 let cb = &v["content_block"];
@@ -182,7 +195,11 @@ impl Assembly {
                 }
             }
             "error" => {
-                let status = if v["error"]["type"] == "overloaded_error" { 529 } else { 500 };
+                let status = if v["error"]["type"] == "overloaded_error" {
+                    529
+                } else {
+                    500
+                };
                 return Err(classify(status, None, &v["error"].to_string()));
             }
             _ => {}
@@ -198,7 +215,11 @@ impl Assembly {
             .map(|b| ToolCall {
                 id: b.id,
                 name: b.name,
-                arguments: if b.json.trim().is_empty() { "{}".into() } else { b.json },
+                arguments: if b.json.trim().is_empty() {
+                    "{}".into()
+                } else {
+                    b.json
+                },
             })
             .collect();
         self.out
@@ -219,7 +240,9 @@ fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
     };
     for block in content {
         match block["type"].as_str() {
-            Some("text") => out.text.push_str(block["text"].as_str().unwrap_or_default()),
+            Some("text") => out
+                .text
+                .push_str(block["text"].as_str().unwrap_or_default()),
             Some("tool_use") => out.tool_calls.push(ToolCall {
                 id: block["id"].as_str().unwrap_or_default().to_string(),
                 name: block["name"].as_str().unwrap_or_default().to_string(),
@@ -233,7 +256,11 @@ fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
 
 #[async_trait]
 impl LlmProvider for Anthropic {
-    async fn complete(&self, req: &LlmRequest, on_delta: Option<DeltaSink>) -> Result<LlmResponse, LlmError> {
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        on_delta: Option<DeltaSink>,
+    ) -> Result<LlmResponse, LlmError> {
         let stream = on_delta.is_some();
         let mut rb = self
             .http
@@ -251,7 +278,10 @@ impl LlmProvider for Anthropic {
             return Err(classify(status, ra, &body));
         }
         if !stream {
-            let v: Value = resp.json().await.map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
+            let v: Value = resp
+                .json()
+                .await
+                .map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
             return parse_full(&v);
         }
         let on_delta = on_delta.unwrap_or_else(|| Arc::new(|_: &str| {}));

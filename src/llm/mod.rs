@@ -123,7 +123,10 @@ pub enum LlmError {
 impl LlmError {
     /// Worth retrying the same model (429, 5xx, 529, connection errors).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, LlmError::RateLimited { .. } | LlmError::Unavailable(_))
+        matches!(
+            self,
+            LlmError::RateLimited { .. } | LlmError::Unavailable(_)
+        )
     }
 }
 
@@ -144,7 +147,9 @@ pub fn from_config(cfg: &crate::config::LlmConfig) -> Result<Arc<dyn LlmProvider
     let api_key = crate::config::secret(&cfg.api_key_env);
     let timeout = cfg.request_timeout.get();
     let inner: Arc<dyn LlmProvider> = match cfg.provider {
-        crate::config::Provider::Openai => Arc::new(openai::OpenAi::new(&cfg.base_url, api_key, timeout)?),
+        crate::config::Provider::Openai => {
+            Arc::new(openai::OpenAi::new(&cfg.base_url, api_key, timeout)?)
+        }
         crate::config::Provider::Anthropic => {
             Arc::new(anthropic::Anthropic::new(&cfg.base_url, api_key, timeout)?)
         }

@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse};
+use super::{
+    DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse,
+};
 
 /// Client for `POST {base_url}/chat/completions`.
 pub struct OpenAi {
@@ -16,7 +18,11 @@ pub struct OpenAi {
 }
 
 impl OpenAi {
-    pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Result<Self, LlmError> {
+    pub fn new(
+        base_url: &str,
+        api_key: Option<String>,
+        timeout: Duration,
+    ) -> Result<Self, LlmError> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(10))
@@ -98,7 +104,11 @@ pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -
 
 pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 pub(crate) fn transport(e: reqwest::Error) -> LlmError {
@@ -136,7 +146,10 @@ impl LlmProvider for OpenAi {
             return Err(classify(status, ra, &body));
         }
         if !stream {
-            let v: Value = resp.json().await.map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
+            let v: Value = resp
+                .json()
+                .await
+                .map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
             return parse_full(&v);
         }
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
@@ -161,7 +174,11 @@ impl LlmProvider for OpenAi {
             .filter(|c| !c.name.is_empty())
             .enumerate()
             .map(|(i, c)| ToolCall {
-                id: if c.id.is_empty() { format!("call_{i}") } else { c.id },
+                id: if c.id.is_empty() {
+                    format!("call_{i}")
+                } else {
+                    c.id
+                },
                 name: c.name,
                 arguments: c.arguments,
             })
@@ -177,8 +194,8 @@ fn apply_chunk(
     calls: &mut Vec<PartialCall>,
     on_delta: &DeltaSink,
 ) -> Result<(), LlmError> {
-    let v: Value =
-        serde_json::from_str(data).map_err(|e| LlmError::Protocol(format!("bad stream chunk: {e}")))?;
+    let v: Value = serde_json::from_str(data)
+        .map_err(|e| LlmError::Protocol(format!("bad stream chunk: {e}")))?;
     if let Some(err) = v.get("error") {
         return Err(classify(500, None, &err.to_string()));
     }
@@ -198,9 +215,13 @@ fn apply_chunk(
     }
     for tc in delta["tool_calls"].as_array().into_iter().flatten() {
         // Fragments of one call share an `index`; the id and name come with the first.
-        let i = tc["index"].as_u64().map_or(calls.len().saturating_sub(1), |i| i as usize);
+        let i = tc["index"]
+            .as_u64()
+            .map_or(calls.len().saturating_sub(1), |i| i as usize);
         if i > 64 {
-            return Err(LlmError::Protocol(format!("tool call index {i} out of range")));
+            return Err(LlmError::Protocol(format!(
+                "tool call index {i} out of range"
+            )));
         }
         if calls.len() <= i {
             calls.resize_with(i + 1, PartialCall::default);
@@ -237,8 +258,14 @@ fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
             a.iter()
                 .enumerate()
                 .map(|(i, c)| ToolCall {
-                    id: c["id"].as_str().map(String::from).unwrap_or_else(|| format!("call_{i}")),
-                    name: c["function"]["name"].as_str().unwrap_or_default().to_string(),
+                    id: c["id"]
+                        .as_str()
+                        .map(String::from)
+                        .unwrap_or_else(|| format!("call_{i}")),
+                    name: c["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                     arguments: match &c["function"]["arguments"] {
                         Value::String(s) => s.clone(),
                         Value::Null => "{}".into(),
@@ -252,6 +279,9 @@ fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
         text: msg["content"].as_str().unwrap_or_default().to_string(),
         tool_calls,
         usage: usage(&v["usage"]),
-        finish_reason: choice["finish_reason"].as_str().unwrap_or_default().to_string(),
+        finish_reason: choice["finish_reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     })
 }

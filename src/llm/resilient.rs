@@ -73,7 +73,11 @@ impl Resilient {
         let now = Instant::now();
         let mut cooling = self.cooling.lock().unwrap_or_else(|p| p.into_inner());
         cooling.retain(|_, until| *until > now);
-        let ready: Vec<String> = all.iter().filter(|m| !cooling.contains_key(*m)).cloned().collect();
+        let ready: Vec<String> = all
+            .iter()
+            .filter(|m| !cooling.contains_key(*m))
+            .cloned()
+            .collect();
         if ready.is_empty() { all } else { ready }
     }
 
@@ -87,7 +91,9 @@ impl Resilient {
 
     fn delay_for(attempt: u32, err: &LlmError) -> Duration {
         match err {
-            LlmError::RateLimited { retry_after: Some(d) } => (*d).min(MAX_DELAY),
+            LlmError::RateLimited {
+                retry_after: Some(d),
+            } => (*d).min(MAX_DELAY),
             _ => crate::backoff::delay(attempt, BASE_DELAY, MAX_DELAY),
         }
     }
@@ -95,7 +101,11 @@ impl Resilient {
 
 #[async_trait]
 impl LlmProvider for Resilient {
-    async fn complete(&self, req: &LlmRequest, on_delta: Option<DeltaSink>) -> Result<LlmResponse, LlmError> {
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        on_delta: Option<DeltaSink>,
+    ) -> Result<LlmResponse, LlmError> {
         // Once text has been streamed to a listener, a retry would repeat it.
         let streamed = Arc::new(AtomicBool::new(false));
         let sink = on_delta.map(|f| {

@@ -89,8 +89,14 @@ mod tests {
         assert_eq!(
             events,
             vec![
-                Event { event: "message_start".into(), data: "{\"a\":\"h\u{e9}\"}".into() },
-                Event { event: String::new(), data: "[DONE]".into() },
+                Event {
+                    event: "message_start".into(),
+                    data: "{\"a\":\"h\u{e9}\"}".into()
+                },
+                Event {
+                    event: String::new(),
+                    data: "[DONE]".into()
+                },
             ]
         );
         assert_eq!(p.finish(), None);

@@ -53,7 +53,13 @@ impl Harness {
         let mut c = config_for(dir.path(), &llm, Provider::Openai);
         tweak(&mut c);
         let store: Arc<dyn Store> = Arc::new(SledStore::open(&dir.path().join("data")).unwrap());
-        Harness { dir, config: Arc::new(c), store, llm, metrics: Arc::new(Metrics::default()) }
+        Harness {
+            dir,
+            config: Arc::new(c),
+            store,
+            llm,
+            metrics: Arc::new(Metrics::default()),
+        }
     }
 
     pub fn provider(&self) -> Arc<dyn LlmProvider> {
@@ -61,7 +67,12 @@ impl Harness {
     }
 
     pub fn agent(&self) -> Agent {
-        Agent::new(self.config.clone(), self.store.clone(), self.provider(), self.metrics.clone())
+        Agent::new(
+            self.config.clone(),
+            self.store.clone(),
+            self.provider(),
+            self.metrics.clone(),
+        )
     }
 
     pub fn workspace(&self) -> std::path::PathBuf {
@@ -74,12 +85,21 @@ pub fn key() -> ChatKey {
 }
 
 pub fn msg(id: &str, text: &str) -> InboundMessage {
-    let sender = Sender { id: "42".into(), username: None, display_name: "Ada".into(), is_owner: false };
+    let sender = Sender {
+        id: "42".into(),
+        username: None,
+        display_name: "Ada".into(),
+        is_owner: false,
+    };
     InboundMessage::text(id, key(), sender, text)
 }
 
 pub fn input(m: InboundMessage) -> TurnInput {
-    TurnInput { key: m.key.clone(), messages: vec![m], cancel: CancellationToken::new() }
+    TurnInput {
+        key: m.key.clone(),
+        messages: vec![m],
+        cancel: CancellationToken::new(),
+    }
 }
 
 /// Run one turn and apply its writes, as the bus would.
@@ -91,7 +111,13 @@ pub async fn turn(agent: &Agent, store: &Arc<dyn Store>, m: InboundMessage) -> T
 
 /// The stored session of `key()` as JSON.
 pub fn stored_session(store: &Arc<dyn Store>) -> serde_json::Value {
-    let raw = store.get(switchboard::store::Tree::Sessions, key().to_string().as_bytes()).unwrap().unwrap_or_default();
+    let raw = store
+        .get(
+            switchboard::store::Tree::Sessions,
+            key().to_string().as_bytes(),
+        )
+        .unwrap()
+        .unwrap_or_default();
     serde_json::from_slice(&raw).unwrap_or(serde_json::Value::Null)
 }
 

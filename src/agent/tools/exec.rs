@@ -21,19 +21,26 @@ const OUTPUT_CAP: usize = 16 * 1024;
 const DEFAULT_TIMEOUT: u64 = 30;
 const MAX_TIMEOUT: u64 = 600;
 /// Environment variables passed to commands; everything else (tokens, keys) is withheld.
-const ENV_KEEP: [&str; 8] = ["PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "TERM"];
+const ENV_KEEP: [&str; 8] = [
+    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "TERM",
+];
 const SHELLS: [&str; 7] = ["sh", "bash", "zsh", "dash", "ksh", "fish", "busybox"];
 
 /// Why `command` is refused, if it is.
 pub fn denied(command: &str) -> Option<String> {
-    let flat: String = command.chars().filter(|c| !matches!(c, '"' | '\'' | '\\')).collect();
+    let flat: String = command
+        .chars()
+        .filter(|c| !matches!(c, '"' | '\'' | '\\'))
+        .collect();
     if flat.contains(":(){") || flat.replace(' ', "").contains(":(){:|:&};:") {
         return Some("fork bomb".into());
     }
-    segments(&flat).into_iter().find_map(|(segment, after_pipe)| {
-        let words: Vec<&str> = segment.split_whitespace().collect();
-        denied_words(&words, after_pipe)
-    })
+    segments(&flat)
+        .into_iter()
+        .find_map(|(segment, after_pipe)| {
+            let words: Vec<&str> = segment.split_whitespace().collect();
+            denied_words(&words, after_pipe)
+        })
 }
 
 /// Simple commands of a line, each with whether its input comes from a pipe.
@@ -79,9 +86,26 @@ fn denied_words(words: &[&str], after_pipe: bool) -> Option<String> {
     let mut i = 0;
     while i < words.len() {
         let w = base(words[i]);
-        if matches!(w, "sudo" | "doas" | "env" | "nohup" | "time" | "nice" | "exec" | "command" | "builtin" | "xargs" | "timeout" | "stdbuf")
-            || words[i].contains('=') && !words[i].starts_with('-')
-            || (i > 0 && matches!(base(words[i - 1]), "timeout" | "nice") && words[i].chars().all(|c| c.is_ascii_digit() || c == '.' || c == 's'))
+        if matches!(
+            w,
+            "sudo"
+                | "doas"
+                | "env"
+                | "nohup"
+                | "time"
+                | "nice"
+                | "exec"
+                | "command"
+                | "builtin"
+                | "xargs"
+                | "timeout"
+                | "stdbuf"
+        ) || words[i].contains('=') && !words[i].starts_with('-')
+            || (i > 0
+                && matches!(base(words[i - 1]), "timeout" | "nice")
+                && words[i]
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || c == '.' || c == 's'))
         {
             i += 1;
             continue;
@@ -94,11 +118,33 @@ fn denied_words(words: &[&str], after_pipe: bool) -> Option<String> {
     let has = |f: &dyn Fn(&str) -> bool| args.iter().any(|a| f(a));
     let critical = |a: &str| {
         let a = a.trim_end_matches('/');
-        matches!(a, "" | "/*" | "~" | "~/*" | "$HOME" | "${HOME}" | "*" | "." | ".." | "/home" | "/etc" | "/usr" | "/var" | "/boot" | "/bin" | "/lib")
+        matches!(
+            a,
+            "" | "/*"
+                | "~"
+                | "~/*"
+                | "$HOME"
+                | "${HOME}"
+                | "*"
+                | "."
+                | ".."
+                | "/home"
+                | "/etc"
+                | "/usr"
+                | "/var"
+                | "/boot"
+                | "/bin"
+                | "/lib"
+        )
     };
     match cmd {
         "rm" => {
-            let recursive = has(&|a| a == "--recursive" || (a.starts_with('-') && !a.starts_with("--") && (a.contains('r') || a.contains('R'))));
+            let recursive = has(&|a| {
+                a == "--recursive"
+                    || (a.starts_with('-')
+                        && !a.starts_with("--")
+                        && (a.contains('r') || a.contains('R')))
+            });
             let targets: Vec<&&str> = args.iter().filter(|a| !a.starts_with('-')).collect();
             if recursive && targets.iter().any(|a| critical(a)) {
                 return Some("recursive delete of a critical folder".into());
@@ -112,19 +158,29 @@ fn denied_words(words: &[&str], after_pipe: bool) -> Option<String> {
         }
         c if c.starts_with("mkfs.") => return Some(format!("{cmd} formats a disk")),
         "dd" if has(&|a| a.starts_with("of=/dev/")) => return Some("dd onto a device".into()),
-        "shutdown" | "reboot" | "halt" | "poweroff" => return Some(format!("{cmd} stops the machine")),
-        "init" | "telinit" if has(&|a| a == "0" || a == "6") => return Some("changes the runlevel".into()),
+        "shutdown" | "reboot" | "halt" | "poweroff" => {
+            return Some(format!("{cmd} stops the machine"));
+        }
+        "init" | "telinit" if has(&|a| a == "0" || a == "6") => {
+            return Some("changes the runlevel".into());
+        }
         "systemctl" if has(&|a| matches!(a, "poweroff" | "reboot" | "halt" | "kexec")) => {
             return Some("systemctl stops the machine".into());
         }
-        "kill" | "pkill" | "killall" if has(&|a| a == "-1" || a == "1") => return Some("kills every process".into()),
-        "chmod" | "chown" | "chgrp" if has(&|a| a.starts_with("-R") || a == "--recursive") && has(&|a| critical(a)) => {
+        "kill" | "pkill" | "killall" if has(&|a| a == "-1" || a == "1") => {
+            return Some("kills every process".into());
+        }
+        "chmod" | "chown" | "chgrp"
+            if has(&|a| a.starts_with("-R") || a == "--recursive") && has(&|a| critical(a)) =>
+        {
             return Some(format!("recursive {cmd} of a critical folder"));
         }
         "find" if has(&|a| critical(a)) && has(&|a| a == "-delete" || a == "-exec") => {
             return Some("find over a critical folder with -delete/-exec".into());
         }
-        "eval" => return denied(&args.join(" ")).map(|r| format!("eval of a denied command ({r})")),
+        "eval" => {
+            return denied(&args.join(" ")).map(|r| format!("eval of a denied command ({r})"));
+        }
         c if SHELLS.contains(&c) => {
             if let Some(pos) = args.iter().position(|a| *a == "-c") {
                 let inner = args[pos + 1..].join(" ");
@@ -132,12 +188,20 @@ fn denied_words(words: &[&str], after_pipe: bool) -> Option<String> {
             }
             // `curl … | sh`, `base64 -d | bash`: running text the line cannot see.
             if after_pipe && args.iter().all(|a| a.starts_with('-')) {
-                return Some(format!("piping into {cmd} runs code that cannot be checked"));
+                return Some(format!(
+                    "piping into {cmd} runs code that cannot be checked"
+                ));
             }
         }
         _ => {}
     }
-    if words.iter().any(|w| w.starts_with(">/dev/sd") || w.starts_with(">/dev/nvme")) || words.windows(2).any(|p| p[0] == ">" && (p[1].starts_with("/dev/sd") || p[1].starts_with("/dev/nvme"))) {
+    if words
+        .iter()
+        .any(|w| w.starts_with(">/dev/sd") || w.starts_with(">/dev/nvme"))
+        || words
+            .windows(2)
+            .any(|p| p[0] == ">" && (p[1].starts_with("/dev/sd") || p[1].starts_with("/dev/nvme")))
+    {
         return Some("writes onto a disk device".into());
     }
     None
@@ -201,7 +265,9 @@ impl Tool for Exec {
                 cmd.env(k, v);
             }
         }
-        let mut child = cmd.spawn().map_err(|e| ToolError::Failed(format!("cannot start the shell: {e}")))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| ToolError::Failed(format!("cannot start the shell: {e}")))?;
         let pid = child.id();
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let run = async {
@@ -230,11 +296,19 @@ impl Tool for Exec {
         let Some((stdout, stderr, status)) = result else {
             // The shell runs in its own process group: end the whole group, not just `sh`.
             if let Some(pid) = pid {
-                let _ = std::process::Command::new("kill").arg("-KILL").arg(format!("-{pid}")).status();
+                let _ = std::process::Command::new("kill")
+                    .arg("-KILL")
+                    .arg(format!("-{pid}"))
+                    .status();
             }
-            return Err(ToolError::Failed(format!("command timed out after {secs}s (killed)")));
+            return Err(ToolError::Failed(format!(
+                "command timed out after {secs}s (killed)"
+            )));
         };
-        let code = status.ok().and_then(|s| s.code()).map_or("killed".into(), |c| c.to_string());
+        let code = status
+            .ok()
+            .and_then(|s| s.code())
+            .map_or("killed".into(), |c| c.to_string());
         let mut text = format!("exit code: {code}");
         if !stdout.is_empty() {
             text.push_str(&format!("\nstdout:\n{stdout}"));

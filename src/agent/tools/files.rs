@@ -40,12 +40,19 @@ impl Tool for ReadFile {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = arg(&args, "path");
         let real = resolve(ctx, path)?;
-        let meta = tokio::fs::metadata(&real).await.map_err(|e| io_err(path, e))?;
+        let meta = tokio::fs::metadata(&real)
+            .await
+            .map_err(|e| io_err(path, e))?;
         if meta.is_dir() {
-            return Err(ToolError::Failed(format!("{path} is a folder; use list_dir")));
+            return Err(ToolError::Failed(format!(
+                "{path} is a folder; use list_dir"
+            )));
         }
         if meta.len() > MAX_READ {
-            return Err(ToolError::Failed(format!("{path} is {} bytes; the limit is {MAX_READ}", meta.len())));
+            return Err(ToolError::Failed(format!(
+                "{path} is {} bytes; the limit is {MAX_READ}",
+                meta.len()
+            )));
         }
         let bytes = tokio::fs::read(&real).await.map_err(|e| io_err(path, e))?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -72,12 +79,20 @@ impl Tool for WriteFile {
         let content = arg(&args, "content");
         let real = resolve(ctx, path)?;
         if let Some(parent) = real.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(|e| io_err(path, e))?;
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| io_err(path, e))?;
         }
         // Re-check after creating folders: a folder may have been a symlink.
         let real = resolve(ctx, path)?;
-        tokio::fs::write(&real, content).await.map_err(|e| io_err(path, e))?;
-        Ok(format!("wrote {} bytes to {}", content.len(), display(ctx, &real)))
+        tokio::fs::write(&real, content)
+            .await
+            .map_err(|e| io_err(path, e))?;
+        Ok(format!(
+            "wrote {} bytes to {}",
+            content.len(),
+            display(ctx, &real)
+        ))
     }
 }
 
@@ -102,12 +117,16 @@ impl Tool for EditFile {
         let path = arg(&args, "path");
         let (old, new) = (arg(&args, "old_text"), arg(&args, "new_text"));
         let real = resolve(ctx, path)?;
-        let text = tokio::fs::read_to_string(&real).await.map_err(|e| io_err(path, e))?;
+        let text = tokio::fs::read_to_string(&real)
+            .await
+            .map_err(|e| io_err(path, e))?;
         match text.matches(old).count() {
             0 => Err(ToolError::Failed(format!("old_text not found in {path}"))),
             1 => {
                 let updated = text.replacen(old, new, 1);
-                tokio::fs::write(&real, updated).await.map_err(|e| io_err(path, e))?;
+                tokio::fs::write(&real, updated)
+                    .await
+                    .map_err(|e| io_err(path, e))?;
                 Ok(format!("edited {path}"))
             }
             n => Err(ToolError::Failed(format!(
@@ -140,7 +159,9 @@ impl Tool for ListDir {
             p => p,
         };
         let real = resolve(ctx, path)?;
-        let mut rd = tokio::fs::read_dir(&real).await.map_err(|e| io_err(path, e))?;
+        let mut rd = tokio::fs::read_dir(&real)
+            .await
+            .map_err(|e| io_err(path, e))?;
         let mut entries = Vec::new();
         while let Some(e) = rd.next_entry().await.map_err(|e| io_err(path, e))? {
             let name = e.file_name().to_string_lossy().into_owned();

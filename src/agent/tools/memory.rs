@@ -64,7 +64,9 @@ impl Tool for Memory {
                     .lines()
                     .filter(|l| {
                         let l = l.to_lowercase();
-                        !l.trim().is_empty() && !l.starts_with('#') && words.iter().any(|w| l.contains(w.as_str()))
+                        !l.trim().is_empty()
+                            && !l.starts_with('#')
+                            && words.iter().any(|w| l.contains(w.as_str()))
                     })
                     .take(MAX_RECALL)
                     .collect();
@@ -74,7 +76,9 @@ impl Tool for Memory {
                     Ok(hits.join("\n"))
                 }
             }
-            _ => Err(ToolError::InvalidArguments("action must be remember or recall".into())),
+            _ => Err(ToolError::InvalidArguments(
+                "action must be remember or recall".into(),
+            )),
         }
     }
 }

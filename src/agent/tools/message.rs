@@ -34,7 +34,9 @@ impl Tool for Message {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let raw = args["key"].as_str().unwrap_or_default();
-        let key: ChatKey = raw.parse().map_err(|e| ToolError::InvalidArguments(format!("key: {e}")))?;
+        let key: ChatKey = raw
+            .parse()
+            .map_err(|e| ToolError::InvalidArguments(format!("key: {e}")))?;
         if !ctx.sender_is_owner && !self.publisher.known_key(&key) {
             return Err(ToolError::Refused(format!(
                 "{key} is not a chat this gateway has talked with; only the owner may message new chats"

@@ -10,10 +10,10 @@
 //! - [`exec`]: shell commands with a deny list.
 //! - [`net`]: address checks shared by the web tools (no private targets).
 //! - [`web`]: `web_fetch` and `web_search`.
-//! - [`memory`]: `memory` (MEMORY.md).
-//! - [`message`]: `message` (send to another chat).
-//! - [`read_skill`]: `read_skill`.
-//! - [`spawn`]: `spawn` (background sub-agents).
+//! - [`memory`]: the `memory` tool (MEMORY.md).
+//! - [`message`]: the `message` tool (send to another chat).
+//! - [`read_skill`]: the `read_skill` tool.
+//! - [`spawn`]: the `spawn` tool (background sub-agents).
 
 pub mod exec;
 pub mod files;
@@ -62,7 +62,12 @@ impl Registry {
     /// Only the tools a read-only sub-agent may use.
     pub fn read_only(&self) -> Registry {
         Registry {
-            tools: self.tools.iter().filter(|t| t.read_only()).cloned().collect(),
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| t.read_only())
+                .cloned()
+                .collect(),
         }
     }
 
@@ -94,7 +99,13 @@ impl Registry {
     }
 
     /// Run one call: parse, validate, run with a timeout. Errors become the result text.
-    pub async fn call(&self, name: &str, arguments: &str, ctx: &ToolContext, timeout: Duration) -> Result<String, ToolError> {
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &ToolContext,
+        timeout: Duration,
+    ) -> Result<String, ToolError> {
         let Some(tool) = self.tools.iter().find(|t| t.name() == name) else {
             return Err(ToolError::Failed(format!(
                 "unknown tool {name}; available tools: {}",
@@ -104,8 +115,9 @@ impl Registry {
         let args: Value = if arguments.trim().is_empty() {
             Value::Object(Default::default())
         } else {
-            serde_json::from_str(arguments)
-                .map_err(|e| ToolError::InvalidArguments(format!("arguments are not valid JSON: {e}")))?
+            serde_json::from_str(arguments).map_err(|e| {
+                ToolError::InvalidArguments(format!("arguments are not valid JSON: {e}"))
+            })?
         };
         schema::validate(&args, &tool.schema()).map_err(ToolError::InvalidArguments)?;
         match tokio::time::timeout(timeout, tool.call(args, ctx)).await {

@@ -9,14 +9,20 @@ use crate::agent::tool::{ToolContext, ToolError};
 /// while `agent.restrict_to_workspace` is on. The file itself need not exist yet.
 pub fn resolve(ctx: &ToolContext, path: &str) -> Result<PathBuf, ToolError> {
     let raw = Path::new(path);
-    let joined = if raw.is_absolute() { raw.to_path_buf() } else { ctx.workspace.join(raw) };
+    let joined = if raw.is_absolute() {
+        raw.to_path_buf()
+    } else {
+        ctx.workspace.join(raw)
+    };
     if !ctx.restrict_to_workspace {
         return Ok(joined);
     }
-    let root = ctx
-        .workspace
-        .canonicalize()
-        .map_err(|e| ToolError::Failed(format!("workspace {} is not usable: {e}", ctx.workspace.display())))?;
+    let root = ctx.workspace.canonicalize().map_err(|e| {
+        ToolError::Failed(format!(
+            "workspace {} is not usable: {e}",
+            ctx.workspace.display()
+        ))
+    })?;
     // Canonicalize the longest existing ancestor (this resolves every symlink in it), then
     // re-attach the part that does not exist yet, which may not climb with `..`.
     let mut existing = joined.as_path();
@@ -53,6 +59,12 @@ fn refused(path: &str) -> ToolError {
 
 /// `path` shown relative to the workspace when it is inside it.
 pub fn display(ctx: &ToolContext, path: &Path) -> String {
-    let root = ctx.workspace.canonicalize().unwrap_or_else(|_| ctx.workspace.clone());
-    path.strip_prefix(&root).unwrap_or(path).display().to_string()
+    let root = ctx
+        .workspace
+        .canonicalize()
+        .unwrap_or_else(|_| ctx.workspace.clone());
+    path.strip_prefix(&root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }

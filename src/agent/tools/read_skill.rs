@@ -47,8 +47,16 @@ impl Tool for ReadSkill {
                 s.missing.join(", ")
             ))),
             None => {
-                let names: Vec<&str> = self.skills.iter().filter(|s| s.available()).map(|s| s.name.as_str()).collect();
-                Err(ToolError::Failed(format!("no skill named {name}; available: {}", names.join(", "))))
+                let names: Vec<&str> = self
+                    .skills
+                    .iter()
+                    .filter(|s| s.available())
+                    .map(|s| s.name.as_str())
+                    .collect();
+                Err(ToolError::Failed(format!(
+                    "no skill named {name}; available: {}",
+                    names.join(", ")
+                )))
             }
         }
     }

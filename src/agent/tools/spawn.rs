@@ -45,7 +45,13 @@ impl Subagents {
         shutdown: CancellationToken,
     ) -> Self {
         let tools = Registry::new(
-            tools.read_only().names().iter().filter_map(|n| tools.get(n)).filter(|t| !matches!(t.name(), "spawn" | "message")).collect(),
+            tools
+                .read_only()
+                .names()
+                .iter()
+                .filter_map(|n| tools.get(n))
+                .filter(|t| !matches!(t.name(), "spawn" | "message"))
+                .collect(),
         );
         Self {
             config,
@@ -86,7 +92,16 @@ impl Subagents {
             history: vec![ChatMessage::new(Role::User, task.clone())],
             ..Default::default()
         };
-        let end = run::run(self.llm.as_ref(), &self.tools, &ctx, &spec, &mut state, None, &self.metrics).await;
+        let end = run::run(
+            self.llm.as_ref(),
+            &self.tools,
+            &ctx,
+            &spec,
+            &mut state,
+            None,
+            &self.metrics,
+        )
+        .await;
         let text = match end {
             LoopEnd::Answer(t) if !t.trim().is_empty() => t,
             LoopEnd::Answer(_) => "(the sub-agent gave no answer)".into(),
@@ -137,9 +152,16 @@ impl Tool for Spawn {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let task = args["task"].as_str().unwrap_or_default().to_string();
-        let permit = self.subagents.slots.clone().try_acquire_owned().map_err(|_| {
-            ToolError::Failed(format!("{MAX_SUBAGENTS} sub-agents are already running; wait for one to finish"))
-        })?;
+        let permit = self
+            .subagents
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                ToolError::Failed(format!(
+                    "{MAX_SUBAGENTS} sub-agents are already running; wait for one to finish"
+                ))
+            })?;
         let n = self.subagents.next.fetch_add(1, Ordering::Relaxed);
         // Random part: result ids must stay unique across restarts (the bus dedups by id).
         let id = format!("{:08x}-{n}", rand::random::<u32>());
@@ -150,6 +172,8 @@ impl Tool for Spawn {
             subs.run(sid, task, parent).await;
             drop(permit);
         });
-        Ok(format!("sub-agent {id} started; its result will arrive as a message in this chat"))
+        Ok(format!(
+            "sub-agent {id} started; its result will arrive as a message in this chat"
+        ))
     }
 }

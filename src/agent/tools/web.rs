@@ -34,7 +34,9 @@ impl WebFetch {
     }
 
     async fn checked_addr(&self, url: &url::Url) -> Result<SocketAddr, ToolError> {
-        let host = url.host_str().ok_or_else(|| ToolError::Failed("the URL has no host".into()))?;
+        let host = url
+            .host_str()
+            .ok_or_else(|| ToolError::Failed("the URL has no host".into()))?;
         let port = url.port_or_known_default().unwrap_or(80);
         let host_trim = host.trim_start_matches('[').trim_end_matches(']');
         let addrs: Vec<SocketAddr> = match host_trim.parse::<std::net::IpAddr>() {
@@ -48,7 +50,10 @@ impl WebFetch {
             .first()
             .ok_or_else(|| ToolError::Failed(format!("{host} has no address")))?;
         // Every answer must be public: a name with one private answer is refused outright.
-        if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip()) && !self.allow.contains(a)) {
+        if let Some(bad) = addrs
+            .iter()
+            .find(|a| !is_public(a.ip()) && !self.allow.contains(a))
+        {
             return Err(ToolError::Refused(format!(
                 "{host} resolves to a private, loopback or link-local address ({})",
                 bad.ip()
@@ -74,10 +79,14 @@ impl Tool for WebFetch {
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         let raw = args["url"].as_str().unwrap_or_default();
-        let mut url = url::Url::parse(raw).map_err(|e| ToolError::Failed(format!("bad URL {raw}: {e}")))?;
+        let mut url =
+            url::Url::parse(raw).map_err(|e| ToolError::Failed(format!("bad URL {raw}: {e}")))?;
         for _ in 0..=MAX_REDIRECTS {
             if !matches!(url.scheme(), "http" | "https") {
-                return Err(ToolError::Refused(format!("only http and https URLs, not {}", url.scheme())));
+                return Err(ToolError::Refused(format!(
+                    "only http and https URLs, not {}",
+                    url.scheme()
+                )));
             }
             let addr = self.checked_addr(&url).await?;
             let host = url.host_str().unwrap_or_default().to_string();
@@ -99,7 +108,9 @@ impl Tool for WebFetch {
                     .headers()
                     .get(reqwest::header::LOCATION)
                     .and_then(|v| v.to_str().ok())
-                    .ok_or_else(|| ToolError::Failed(format!("HTTP {status} without a Location")))?;
+                    .ok_or_else(|| {
+                        ToolError::Failed(format!("HTTP {status} without a Location"))
+                    })?;
                 url = url
                     .join(loc)
                     .map_err(|e| ToolError::Failed(format!("bad redirect target {loc}: {e}")))?;
@@ -113,7 +124,8 @@ impl Tool for WebFetch {
             let mut body = Vec::new();
             let mut stream = resp.bytes_stream();
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| ToolError::Failed(format!("read failed: {}", e.without_url())))?;
+                let chunk = chunk
+                    .map_err(|e| ToolError::Failed(format!("read failed: {}", e.without_url())))?;
                 body.extend_from_slice(&chunk);
                 if body.len() >= MAX_BODY {
                     body.truncate(MAX_BODY);
@@ -121,11 +133,21 @@ impl Tool for WebFetch {
                 }
             }
             let text = String::from_utf8_lossy(&body);
-            let text = if html { html_to_text(&text) } else { text.into_owned() };
-            let prefix = if status.is_success() { String::new() } else { format!("HTTP {status}\n") };
+            let text = if html {
+                html_to_text(&text)
+            } else {
+                text.into_owned()
+            };
+            let prefix = if status.is_success() {
+                String::new()
+            } else {
+                format!("HTTP {status}\n")
+            };
             return Ok(format!("{prefix}{text}"));
         }
-        Err(ToolError::Failed(format!("more than {MAX_REDIRECTS} redirects")))
+        Err(ToolError::Failed(format!(
+            "more than {MAX_REDIRECTS} redirects"
+        )))
     }
 }
 
@@ -137,11 +159,21 @@ pub fn html_to_text(html: &str) -> String {
     let mut i = 0;
     while i < html.len() {
         if html.as_bytes()[i] == b'<' {
-            let Some(end) = html[i..].find('>').map(|e| i + e) else { break };
+            let Some(end) = html[i..].find('>').map(|e| i + e) else {
+                break;
+            };
             let tag = lower[i + 1..end].trim_start_matches('/');
-            let name: String = tag.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+            let name: String = tag
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
             let closing = lower.as_bytes().get(i + 1) == Some(&b'/');
-            if !closing && matches!(name.as_str(), "script" | "style" | "noscript" | "template" | "svg") {
+            if !closing
+                && matches!(
+                    name.as_str(),
+                    "script" | "style" | "noscript" | "template" | "svg"
+                )
+            {
                 let close = format!("</{name}");
                 i = lower[end..].find(&close).map_or(html.len(), |p| {
                     let at = end + p;
@@ -150,8 +182,9 @@ pub fn html_to_text(html: &str) -> String {
                 continue;
             }
             match name.as_str() {
-                "br" | "p" | "div" | "tr" | "section" | "article" | "header" | "footer" | "h1" | "h2" | "h3" | "h4"
-                | "h5" | "h6" | "pre" | "blockquote" | "table" | "ul" | "ol" | "title" => out.push('\n'),
+                "br" | "p" | "div" | "tr" | "section" | "article" | "header" | "footer" | "h1"
+                | "h2" | "h3" | "h4" | "h5" | "h6" | "pre" | "blockquote" | "table" | "ul"
+                | "ol" | "title" => out.push('\n'),
                 "li" if !closing => out.push_str("\n- "),
                 "td" | "th" => out.push(' '),
                 _ => {}
@@ -201,7 +234,9 @@ fn decode_entities(s: &str) -> String {
                 "apos" | "#39" => Some('\''),
                 "nbsp" => Some(' '),
                 _ if ent.starts_with("#x") || ent.starts_with("#X") => {
-                    u32::from_str_radix(&ent[2..], 16).ok().and_then(char::from_u32)
+                    u32::from_str_radix(&ent[2..], 16)
+                        .ok()
+                        .and_then(char::from_u32)
                 }
                 _ if ent.starts_with('#') => ent[1..].parse().ok().and_then(char::from_u32),
                 _ => None,
@@ -237,7 +272,10 @@ impl WebSearch {
     /// The search tool when `BRAVE_API_KEY` is set.
     pub fn from_env() -> Option<Self> {
         let key = crate::config::secret(BRAVE_KEY_ENV)?;
-        Some(Self::new(key, "https://api.search.brave.com/res/v1/web/search"))
+        Some(Self::new(
+            key,
+            "https://api.search.brave.com/res/v1/web/search",
+        ))
     }
 
     /// A search tool against `endpoint` (a fake in tests).
@@ -245,7 +283,10 @@ impl WebSearch {
         Self {
             api_key,
             endpoint: endpoint.to_string(),
-            http: reqwest::Client::builder().timeout(FETCH_TIMEOUT).build().unwrap_or_default(),
+            http: reqwest::Client::builder()
+                .timeout(FETCH_TIMEOUT)
+                .build()
+                .unwrap_or_default(),
         }
     }
 }
@@ -279,12 +320,14 @@ impl Tool for WebSearch {
             .await
             .map_err(|e| ToolError::Failed(format!("search failed: {}", e.without_url())))?;
         if !resp.status().is_success() {
-            return Err(ToolError::Failed(format!("search failed: HTTP {}", resp.status())));
+            return Err(ToolError::Failed(format!(
+                "search failed: HTTP {}",
+                resp.status()
+            )));
         }
-        let v: Value = resp
-            .json()
-            .await
-            .map_err(|e| ToolError::Failed(format!("unreadable search answer: {}", e.without_url())))?;
+        let v: Value = resp.json().await.map_err(|e| {
+            ToolError::Failed(format!("unreadable search answer: {}", e.without_url()))
+        })?;
         let results: Vec<String> = v["web"]["results"]
             .as_array()
             .into_iter()
@@ -313,6 +356,9 @@ mod tests {
     fn html_becomes_readable_text() {
         let html = "<html><head><title>T</title><style>p{}</style><script>var x=1<2;</script></head>\
                     <body><h1>Hello &amp; welcome</h1><p>One&nbsp;two</p><ul><li>a</li><li>b &#x263A;</li></ul></body></html>";
-        assert_eq!(html_to_text(html), "T\n\nHello & welcome\n\nOne two\n\n- a\n- b \u{263A}");
+        assert_eq!(
+            html_to_text(html),
+            "T\n\nHello & welcome\n\nOne two\n\n- a\n- b \u{263A}"
+        );
     }
 }
