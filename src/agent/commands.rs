@@ -1,4 +1,5 @@
-//! Chat commands answered without the LLM: `/new`, `/status`, `/help`.
+//! Chat commands answered without the LLM: `/new`, `/status`, `/help`, and extra commands
+//! the gateway registers (`/reminders`).
 //! (`/stop` is handled by the bus, since it must not wait behind the running turn.)
 
 use switchboard_channel::OutboundKind;
@@ -49,7 +50,10 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
             .trim_end()
             .to_string()
         }
-        _ => return None,
+        other => match agent.commands.get(other) {
+            Some(f) => f(&turn.key),
+            None => return None,
+        },
     };
     Some(TurnOutput {
         replies: vec![Agent::reply(only, text, OutboundKind::Final)],

@@ -1,31 +1,55 @@
-//! The agent loop shared by every channel: commands, session, prompt, LLM call, reply.
+//! The agent loop shared by every channel: commands, session, prompt, steering, the tool
+//! loop, and the reply.
 //!
+//! - [`turn`]: one turn from inbound messages to replies and store writes.
+//! - [`run`]: the tool loop (also used by sub-agents).
+//! - [`context`]: token estimates, the context budget, compaction summaries.
+//! - [`prompt`]: the system prompt (stable prefix + dynamic suffix).
+//! - [`steering`]: ephemeral per-channel and per-situation guidance.
 //! - [`session`]: stored conversation history per chat.
-//! - [`tool`]: the tool interface.
-//! - [`commands`]: `/new`, `/status`, `/help`, answered without the LLM.
+//! - [`skills`]: `SKILL.md` loading, gating and `skills list`.
+//! - [`tool`] and [`tools`]: the tool interface, registry and built-in tools.
+//! - [`publisher`]: the agent's way back onto the bus (sub-agent results, `message`).
+//! - [`commands`]: `/new`, `/status`, `/help` and extra commands, answered without the LLM.
 
 pub mod commands;
+pub mod context;
+pub mod prompt;
+pub mod publisher;
+pub mod run;
 pub mod session;
+pub mod skills;
+pub mod steering;
 pub mod tool;
+pub mod tools;
+mod turn;
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use switchboard_channel::{InboundMessage, Origin, OutboundKind, OutboundMessage, SystemOrigin};
+use switchboard_channel::{ChatKey, InboundMessage, OutboundKind, OutboundMessage};
+use tokio_util::sync::CancellationToken;
 
 use crate::bus::{Interrupted, TurnHandler, TurnInput, TurnOutput};
 use crate::config::Config;
-use crate::llm::{ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role};
+use crate::llm::{DeltaSink, LlmProvider};
 use crate::metrics::Metrics;
-use crate::store::{Batch, Store, Tree};
+use crate::store::Store;
 
-use session::Session;
+pub use publisher::Publisher;
+pub use skills::{SkillInfo, list_skills};
+use tool::Tool;
+use tools::Registry;
+use tools::spawn::Subagents;
 
 /// Streams a turn's text to whoever waits for it (the API channel), by inbound id.
 pub trait StreamRegistry: Send + Sync + 'static {
     fn sink_for(&self, inbound_id: &str) -> Option<DeltaSink>;
 }
+
+/// An extra chat command answered without the LLM (`/reminders`).
+pub type CommandFn = Arc<dyn Fn(&ChatKey) -> String + Send + Sync>;
 
 /// The agent: turns inbound messages into replies.
 pub struct Agent {
@@ -34,7 +58,15 @@ pub struct Agent {
     llm: Arc<dyn LlmProvider>,
     metrics: Arc<Metrics>,
     streams: Option<Arc<dyn StreamRegistry>>,
-    status: Arc<dyn Fn(&switchboard_channel::ChatKey) -> String + Send + Sync>,
+    status: CommandFn,
+    extra_tools: Vec<Arc<dyn Tool>>,
+    commands: HashMap<String, CommandFn>,
+    publisher: Option<Arc<dyn Publisher>>,
+    shutdown: Option<CancellationToken>,
+    /// Built on first use, once every builder method has run.
+    subagents: OnceLock<Arc<Subagents>>,
+    /// Extra addresses `web_fetch` may reach (tests).
+    fetch_allow: Option<std::net::SocketAddr>,
 }
 
 impl Agent {
@@ -51,6 +83,12 @@ impl Agent {
             metrics,
             streams: None,
             status: Arc::new(|_| String::new()),
+            extra_tools: Vec::new(),
+            commands: HashMap::new(),
+            publisher: None,
+            shutdown: None,
+            subagents: OnceLock::new(),
+            fetch_allow: None,
         }
     }
 
@@ -61,92 +99,93 @@ impl Agent {
     }
 
     /// Extra `/status` lines about the chat (queue depth…), supplied by the gateway.
-    pub fn with_status(
-        mut self,
-        status: Arc<dyn Fn(&switchboard_channel::ChatKey) -> String + Send + Sync>,
-    ) -> Self {
+    pub fn with_status(mut self, status: CommandFn) -> Self {
         self.status = status;
         self
     }
 
-    fn system_prompt(&self, last: &InboundMessage) -> String {
-        let name = &self.config.agent.name;
-        let chat = if last.is_group { "a group chat" } else { "a direct chat" };
-        let now = chrono::Utc::now().with_timezone(&self.config.gateway.tz());
-        format!(
-            "You are {name}, a helpful personal assistant reachable over several chat apps.\n\
-             Channel: {channel} ({chat}). Talking with: {who}.\n\
-             Current time: {now} ({tz}).",
-            channel = last.key.channel,
-            who = last.sender.display_name,
-            now = now.format("%Y-%m-%d %H:%M"),
-            tz = self.config.gateway.timezone,
-        )
+    /// Extra tools (the scheduler's `cron`); a tool with a built-in's name replaces it.
+    pub fn with_tools(mut self, tools: Vec<Arc<dyn Tool>>) -> Self {
+        self.extra_tools.extend(tools);
+        self
     }
 
-    /// The user turn as the model sees it.
-    fn user_content(messages: &[InboundMessage]) -> String {
-        let mut parts = Vec::with_capacity(messages.len());
-        for m in messages {
-            let mut text = match &m.origin {
-                Origin::User if m.is_group => format!("[{}] {}", m.sender.display_name, m.text),
-                Origin::User => m.text.clone(),
-                Origin::System(SystemOrigin::Cron { job_id }) => {
-                    format!("[scheduled job {job_id}] {}", m.text)
-                }
-                Origin::System(SystemOrigin::Heartbeat) => format!("[heartbeat] {}", m.text),
-                Origin::System(SystemOrigin::Subagent { id }) => {
-                    format!("[sub-agent {id} finished] {}", m.text)
-                }
-            };
-            if let Some(quoted) = m.metadata.get("reply_to_text").and_then(|v| v.as_str()) {
-                text = format!("(replying to: \"{quoted}\")\n{text}");
-            }
-            for a in &m.attachments {
-                text.push_str(&format!("\n[attachment: {:?} {}]", a.kind, a.location));
-            }
-            parts.push(text);
+    /// An extra chat command, `name` without the slash (`reminders`).
+    pub fn with_command(mut self, name: &str, f: CommandFn) -> Self {
+        self.commands
+            .insert(name.trim_start_matches('/').to_string(), f);
+        self
+    }
+
+    /// The way back onto the bus; enables the `message` and `spawn` tools.
+    pub fn with_publisher(mut self, publisher: Arc<dyn Publisher>) -> Self {
+        self.publisher = Some(publisher);
+        self
+    }
+
+    /// The gateway's shutdown token: a turn cancelled by shutdown returns `Err(Interrupted)`
+    /// (replayed on the next start); one cancelled by `/stop` finishes with what it did.
+    /// Without it every cancellation counts as shutdown. Sub-agents stop with it too.
+    pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
+        self.shutdown = Some(shutdown);
+        self
+    }
+
+    /// Let `web_fetch` reach this otherwise refused address (tests with a local server).
+    pub fn with_fetch_allowed(mut self, addr: std::net::SocketAddr) -> Self {
+        self.fetch_allow = Some(addr);
+        self
+    }
+
+    /// The built-in tools plus extras, without `spawn` and `message`.
+    fn base_registry(&self, skills: &Arc<Vec<skills::Skill>>) -> Registry {
+        let web_fetch = match self.fetch_allow {
+            Some(a) => tools::web::WebFetch::allowing(a),
+            None => tools::web::WebFetch::default(),
+        };
+        let mut list: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(tools::files::ReadFile),
+            Arc::new(tools::files::WriteFile),
+            Arc::new(tools::files::EditFile),
+            Arc::new(tools::files::ListDir),
+            Arc::new(tools::exec::Exec),
+            Arc::new(web_fetch),
+            Arc::new(tools::memory::Memory),
+            Arc::new(tools::read_skill::ReadSkill::new(skills.clone())),
+        ];
+        if let Some(search) = tools::web::WebSearch::from_env() {
+            list.push(Arc::new(search));
         }
-        parts.join("\n\n")
+        list.extend(self.extra_tools.iter().cloned());
+        Registry::new(list)
     }
 
-    async fn call_llm(&self, req: &LlmRequest, sink: Option<DeltaSink>) -> Result<String, LlmError> {
-        let max = self.config.llm.max_retries;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            self.metrics.llm_requests.fetch_add(1, Ordering::Relaxed);
-            match self.llm.complete(req, sink.clone()).await {
-                Ok(r) => {
-                    self.metrics
-                        .llm_prompt_tokens
-                        .fetch_add(r.usage.prompt_tokens, Ordering::Relaxed);
-                    self.metrics
-                        .llm_completion_tokens
-                        .fetch_add(r.usage.completion_tokens, Ordering::Relaxed);
-                    return Ok(r.text);
-                }
-                Err(e) => {
-                    self.metrics.llm_errors.fetch_add(1, Ordering::Relaxed);
-                    if !e.is_retryable() || attempt > max {
-                        return Err(e);
-                    }
-                    let wait = match &e {
-                        LlmError::RateLimited { retry_after: Some(d) } => *d,
-                        _ => crate::backoff::delay(
-                            attempt,
-                            std::time::Duration::from_secs(2),
-                            std::time::Duration::from_secs(60),
-                        ),
-                    };
-                    tracing::warn!("LLM request failed (attempt {attempt}), retrying in {wait:?}: {e}");
-                    tokio::time::sleep(wait).await;
-                }
-            }
+    /// Every tool of a turn.
+    fn registry(&self, skills: &Arc<Vec<skills::Skill>>) -> Registry {
+        let mut reg = self.base_registry(skills);
+        if let Some(publisher) = &self.publisher {
+            reg.add(Arc::new(tools::message::Message::new(publisher.clone())));
+            let subs = self.subagents.get_or_init(|| {
+                Arc::new(Subagents::new(
+                    self.config.clone(),
+                    self.llm.clone(),
+                    self.base_registry(skills),
+                    publisher.clone(),
+                    self.metrics.clone(),
+                    self.shutdown.clone().unwrap_or_default(),
+                ))
+            });
+            reg.add(Arc::new(tools::spawn::Spawn::new(subs.clone())));
         }
+        reg
     }
 
-    fn reply(last: &InboundMessage, text: impl Into<String>, kind: OutboundKind) -> OutboundMessage {
+    /// A reply to `last`: `in_reply_to_inbound` is its id, `reply_to` its platform id.
+    fn reply(
+        last: &InboundMessage,
+        text: impl Into<String>,
+        kind: OutboundKind,
+    ) -> OutboundMessage {
         let mut r = OutboundMessage::new(last.key.clone(), text);
         r.kind = kind;
         r.in_reply_to_inbound = Some(last.id.clone());
@@ -157,68 +196,11 @@ impl Agent {
             .map(String::from);
         r
     }
-
-    async fn run_turn(&self, turn: &TurnInput) -> TurnOutput {
-        let last = turn.messages.last().expect("a turn has at least one message");
-        let key = &turn.key;
-        if let Some(out) = commands::handle(self, turn) {
-            return out;
-        }
-        let mut session = match Session::load(self.store.as_ref(), key) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(%key, "cannot load the session: {e}");
-                Session::default()
-            }
-        };
-        let user = ChatMessage::new(Role::User, Self::user_content(&turn.messages));
-        let mut messages: Vec<ChatMessage> =
-            session.window(self.config.agent.history_messages).to_vec();
-        messages.push(user.clone());
-        let req = LlmRequest {
-            model: self.config.llm.model.clone(),
-            system: self.system_prompt(last),
-            messages,
-            tools: Vec::new(),
-            max_tokens: self.config.llm.max_tokens,
-        };
-        let sink = self.streams.as_ref().and_then(|s| s.sink_for(&last.id));
-        let mut writes = Batch::default();
-        if last.origin == Origin::User {
-            writes.put(Tree::Meta, "last_active", key.to_string());
-        }
-        match self.call_llm(&req, sink).await {
-            Ok(text) => {
-                session.messages.push(user);
-                session.messages.push(ChatMessage::new(Role::Assistant, text.clone()));
-                session.turns += 1;
-                session.save(key, &mut writes);
-                let replies = if text.trim().is_empty() {
-                    Vec::new()
-                } else {
-                    vec![Self::reply(last, text, OutboundKind::Final)]
-                };
-                TurnOutput { replies, writes }
-            }
-            Err(e) => {
-                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%key, "turn failed: {e}");
-                let text = format!("⚠️ Sorry, I couldn't get an answer from the language model ({e}). Please try again in a moment.");
-                TurnOutput {
-                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
-                    writes,
-                }
-            }
-        }
-    }
 }
 
 #[async_trait]
 impl TurnHandler for Agent {
     async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
-        tokio::select! {
-            out = self.run_turn(&turn) => Ok(out),
-            _ = turn.cancel.cancelled() => Err(Interrupted),
-        }
+        self.run_turn(turn).await
     }
 }

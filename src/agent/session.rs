@@ -19,6 +19,9 @@ pub struct Session {
     /// Assistant turns completed (drives the identity re-anchor).
     #[serde(default)]
     pub turns: u64,
+    /// When the last turn was stored (drives the date/time refresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 fn key_bytes(key: &ChatKey) -> Vec<u8> {
@@ -50,6 +53,18 @@ impl Session {
         batch.put(Tree::Sessions, key_bytes(key), body);
     }
 
+    /// Fold every message before the last `keep` (cut at a user message, so tool pairs stay
+    /// together) into the compaction summary. Returns whether anything was folded.
+    pub fn compact(&mut self, keep: usize) -> bool {
+        let start = self.messages.len() - self.window(keep).len();
+        if start == 0 {
+            return false;
+        }
+        let older: Vec<ChatMessage> = self.messages.drain(..start).collect();
+        self.summary = Some(super::context::summarize(self.summary.as_deref(), &older));
+        true
+    }
+
     pub fn reset(key: &ChatKey, batch: &mut Batch) {
         batch.delete(Tree::Sessions, key_bytes(key));
     }
@@ -69,7 +84,9 @@ impl Session {
             .scan(Tree::Sessions, &[])?
             .into_iter()
             .map(|(k, v)| {
-                let n = serde_json::from_slice::<Session>(&v).map(|s| s.messages.len()).unwrap_or(0);
+                let n = serde_json::from_slice::<Session>(&v)
+                    .map(|s| s.messages.len())
+                    .unwrap_or(0);
                 (String::from_utf8_lossy(&k).into_owned(), n)
             })
             .collect())

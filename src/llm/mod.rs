@@ -1,10 +1,16 @@
 //! LLM providers behind one trait with normalized request and response types.
 //!
 //! - [`openai`]: any OpenAI-compatible Chat Completions API.
+//! - [`anthropic`]: the Anthropic Messages API.
+//! - [`resilient`]: retries with backoff, fallback models and cool-downs, wrapping either.
+//! - [`sse`]: the server-sent-events line splitter both providers stream with.
 //!
 //! Retries, fallbacks and cool-downs wrap a provider rather than living inside it.
 
+pub mod anthropic;
 pub mod openai;
+pub mod resilient;
+pub mod sse;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,10 +71,14 @@ pub struct ToolSpec {
 }
 
 /// One completion request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct LlmRequest {
     pub model: String,
+    /// The stable part of the system prompt (identity, workspace files, skills): a cacheable
+    /// prefix that stays byte-identical between turns.
     pub system: String,
+    /// The small per-request part (date and time, model): sent after the stable prefix.
+    pub system_dynamic: String,
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
     pub max_tokens: u32,
@@ -111,9 +121,44 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// Worth retrying the same model (429, 5xx, 529, connection errors).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, LlmError::RateLimited { .. } | LlmError::Unavailable(_))
+        matches!(
+            self,
+            LlmError::RateLimited { .. } | LlmError::Unavailable(_)
+        )
     }
+}
+
+impl LlmRequest {
+    /// The whole system prompt as one text (stable prefix, then the dynamic suffix).
+    pub fn system_text(&self) -> String {
+        match (self.system.is_empty(), self.system_dynamic.is_empty()) {
+            (_, true) => self.system.clone(),
+            (true, false) => self.system_dynamic.clone(),
+            (false, false) => format!("{}\n\n{}", self.system, self.system_dynamic),
+        }
+    }
+}
+
+/// Build the configured provider (`llm.provider`), wrapped in retries, fallbacks and
+/// cool-downs. The API key is read from the variable `llm.api_key_env` names.
+pub fn from_config(cfg: &crate::config::LlmConfig) -> Result<Arc<dyn LlmProvider>, LlmError> {
+    let api_key = crate::config::secret(&cfg.api_key_env);
+    let timeout = cfg.request_timeout.get();
+    let inner: Arc<dyn LlmProvider> = match cfg.provider {
+        crate::config::Provider::Openai => {
+            Arc::new(openai::OpenAi::new(&cfg.base_url, api_key, timeout)?)
+        }
+        crate::config::Provider::Anthropic => {
+            Arc::new(anthropic::Anthropic::new(&cfg.base_url, api_key, timeout)?)
+        }
+    };
+    Ok(Arc::new(resilient::Resilient::new(
+        inner,
+        cfg.fallback_models.clone(),
+        cfg.max_retries,
+    )))
 }
 
 /// Receives streamed text as it arrives.

@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage};
+use super::{
+    DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse,
+};
 
 /// Client for `POST {base_url}/chat/completions`.
 pub struct OpenAi {
@@ -16,7 +18,11 @@ pub struct OpenAi {
 }
 
 impl OpenAi {
-    pub fn new(base_url: &str, api_key: Option<String>, timeout: Duration) -> Result<Self, LlmError> {
+    pub fn new(
+        base_url: &str,
+        api_key: Option<String>,
+        timeout: Duration,
+    ) -> Result<Self, LlmError> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(10))
@@ -32,8 +38,9 @@ impl OpenAi {
 
     fn body(req: &LlmRequest, stream: bool) -> Value {
         let mut messages = Vec::with_capacity(req.messages.len() + 1);
-        if !req.system.is_empty() {
-            messages.push(json!({"role": "system", "content": req.system}));
+        let system = req.system_text();
+        if !system.is_empty() {
+            messages.push(json!({"role": "system", "content": system}));
         }
         for m in &req.messages {
             let role = match m.role {
@@ -95,12 +102,16 @@ pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -
     }
 }
 
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<f64>().ok().filter(|s| *s >= 0.0).map(Duration::from_secs_f64)
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
-fn transport(e: reqwest::Error) -> LlmError {
+pub(crate) fn transport(e: reqwest::Error) -> LlmError {
     // Never include the URL: it may carry credentials for some proxies.
     LlmError::Unavailable(e.without_url().to_string())
 }
@@ -135,76 +146,98 @@ impl LlmProvider for OpenAi {
             return Err(classify(status, ra, &body));
         }
         if !stream {
-            let v: Value = resp.json().await.map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
+            let v: Value = resp
+                .json()
+                .await
+                .map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
             return parse_full(&v);
         }
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
         let mut out = LlmResponse::default();
         let mut calls: Vec<PartialCall> = Vec::new();
-        let mut buf = String::new();
+        let mut parser = sse::Parser::default();
         let mut body = resp.bytes_stream();
-        while let Some(chunk) = body.next().await {
+        'stream: while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(transport)?;
-            buf.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(pos) = buf.find('\n') {
-                let line: String = buf.drain(..=pos).collect();
-                let line = line.trim();
-                let Some(data) = line.strip_prefix("data:") else { continue };
-                let data = data.trim();
-                if data == "[DONE]" {
-                    break;
+            for ev in parser.push(&chunk) {
+                if ev.data == "[DONE]" {
+                    break 'stream;
                 }
-                let v: Value = serde_json::from_str(data)
-                    .map_err(|e| LlmError::Protocol(format!("bad stream chunk: {e}")))?;
-                if let Some(err) = v.get("error") {
-                    return Err(classify(500, None, &err.to_string()));
-                }
-                if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-                    out.usage = usage(u);
-                }
-                let Some(choice) = v["choices"].get(0) else { continue };
-                if let Some(r) = choice["finish_reason"].as_str() {
-                    out.finish_reason = r.to_string();
-                }
-                let delta = &choice["delta"];
-                if let Some(t) = delta["content"].as_str() {
-                    if !t.is_empty() {
-                        on_delta(t);
-                        out.text.push_str(t);
-                    }
-                }
-                if let Some(tcs) = delta["tool_calls"].as_array() {
-                    for tc in tcs {
-                        let i = tc["index"].as_u64().unwrap_or(calls.len() as u64) as usize;
-                        if calls.len() <= i {
-                            calls.resize_with(i + 1, PartialCall::default);
-                        }
-                        let c = &mut calls[i];
-                        if let Some(id) = tc["id"].as_str() {
-                            c.id = id.to_string();
-                        }
-                        if let Some(n) = tc["function"]["name"].as_str() {
-                            c.name.push_str(n);
-                        }
-                        if let Some(a) = tc["function"]["arguments"].as_str() {
-                            c.arguments.push_str(a);
-                        }
-                    }
-                }
+                apply_chunk(&ev.data, &mut out, &mut calls, &on_delta)?;
             }
+        }
+        if let Some(ev) = parser.finish().filter(|e| e.data != "[DONE]") {
+            apply_chunk(&ev.data, &mut out, &mut calls, &on_delta)?;
         }
         out.tool_calls = calls
             .into_iter()
             .filter(|c| !c.name.is_empty())
             .enumerate()
             .map(|(i, c)| ToolCall {
-                id: if c.id.is_empty() { format!("call_{i}") } else { c.id },
+                id: if c.id.is_empty() {
+                    format!("call_{i}")
+                } else {
+                    c.id
+                },
                 name: c.name,
                 arguments: c.arguments,
             })
             .collect();
         Ok(out)
     }
+}
+
+/// Fold one streamed `chat.completion.chunk` into the answer being assembled.
+fn apply_chunk(
+    data: &str,
+    out: &mut LlmResponse,
+    calls: &mut Vec<PartialCall>,
+    on_delta: &DeltaSink,
+) -> Result<(), LlmError> {
+    let v: Value = serde_json::from_str(data)
+        .map_err(|e| LlmError::Protocol(format!("bad stream chunk: {e}")))?;
+    if let Some(err) = v.get("error") {
+        return Err(classify(500, None, &err.to_string()));
+    }
+    if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+        out.usage = usage(u);
+    }
+    let Some(choice) = v["choices"].get(0) else {
+        return Ok(());
+    };
+    if let Some(r) = choice["finish_reason"].as_str() {
+        out.finish_reason = r.to_string();
+    }
+    let delta = &choice["delta"];
+    if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+        on_delta(t);
+        out.text.push_str(t);
+    }
+    for tc in delta["tool_calls"].as_array().into_iter().flatten() {
+        // Fragments of one call share an `index`; the id and name come with the first.
+        let i = tc["index"]
+            .as_u64()
+            .map_or(calls.len().saturating_sub(1), |i| i as usize);
+        if i > 64 {
+            return Err(LlmError::Protocol(format!(
+                "tool call index {i} out of range"
+            )));
+        }
+        if calls.len() <= i {
+            calls.resize_with(i + 1, PartialCall::default);
+        }
+        let c = &mut calls[i];
+        if let Some(id) = tc["id"].as_str() {
+            c.id = id.to_string();
+        }
+        if let Some(n) = tc["function"]["name"].as_str() {
+            c.name.push_str(n);
+        }
+        if let Some(a) = tc["function"]["arguments"].as_str() {
+            c.arguments.push_str(a);
+        }
+    }
+    Ok(())
 }
 
 fn usage(u: &Value) -> Usage {
@@ -225,8 +258,14 @@ fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
             a.iter()
                 .enumerate()
                 .map(|(i, c)| ToolCall {
-                    id: c["id"].as_str().map(String::from).unwrap_or_else(|| format!("call_{i}")),
-                    name: c["function"]["name"].as_str().unwrap_or_default().to_string(),
+                    id: c["id"]
+                        .as_str()
+                        .map(String::from)
+                        .unwrap_or_else(|| format!("call_{i}")),
+                    name: c["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                     arguments: match &c["function"]["arguments"] {
                         Value::String(s) => s.clone(),
                         Value::Null => "{}".into(),
@@ -240,6 +279,9 @@ fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
         text: msg["content"].as_str().unwrap_or_default().to_string(),
         tool_calls,
         usage: usage(&v["usage"]),
-        finish_reason: choice["finish_reason"].as_str().unwrap_or_default().to_string(),
+        finish_reason: choice["finish_reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
     })
 }

@@ -244,7 +244,7 @@ impl Channel for SlackChannel {
     }
 
     async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
-        send::send(&self.shared, msg).await
+        send::send(&self.shared, self.capabilities(), msg).await
     }
 
     async fn typing(&self, key: &ChatKey) -> Result<(), SendError> {

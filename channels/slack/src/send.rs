@@ -10,8 +10,8 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use switchboard_channel::format::{chunk_markdown, render};
-use switchboard_channel::{ChatKey, Dialect, OutboundMessage, SendError, SendReceipt};
+use switchboard_channel::format::render_chunks;
+use switchboard_channel::{Capabilities, ChatKey, OutboundMessage, SendError, SendReceipt};
 use tracing::{debug, warn};
 
 use crate::Shared;
@@ -30,50 +30,6 @@ fn target(key: &ChatKey) -> Result<(&str, Option<&str>), SendError> {
         Some(_) => Err(SendError::Permanent(format!("bad slack key: {key}"))),
         None => Ok((key.chat_id.as_str(), None)),
     }
-}
-
-/// Split at the longest `max` characters, preferring a line break. A safety net for chunks
-/// that come out of rendering longer than the limit.
-fn hard_split(text: &str, max: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while rest.chars().count() > max {
-        let cut = rest
-            .char_indices()
-            .nth(max)
-            .map(|(i, _)| i)
-            .unwrap_or(rest.len());
-        let at = match rest[..cut].rfind('\n') {
-            Some(nl) if nl > cut / 2 => nl + 1,
-            _ => cut,
-        };
-        out.push(rest[..at].to_string());
-        rest = &rest[at..];
-    }
-    if !rest.is_empty() {
-        out.push(rest.to_string());
-    }
-    out
-}
-
-/// Markdown → mrkdwn chunks of at most `max` characters each, in order.
-pub(crate) fn render_chunks(text: &str, max: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    for piece in chunk_markdown(text, max) {
-        let r = render(&piece, Dialect::SlackMrkdwn);
-        if r.chars().count() <= max {
-            out.push(r);
-            continue;
-        }
-        // Rendering grew the piece (escapes): split the markdown finer, then render.
-        let smaller = (max * 3 / 4).max(1);
-        for sub in chunk_markdown(&piece, smaller) {
-            let r = render(&sub, Dialect::SlackMrkdwn);
-            out.extend(hard_split(&r, max));
-        }
-    }
-    out.retain(|c| !c.trim().is_empty());
-    out
 }
 
 fn fingerprint(msg: &OutboundMessage) -> u64 {
@@ -112,9 +68,13 @@ async fn post_chunk(
 }
 
 /// Deliver one reply.
-pub(crate) async fn send(sh: &Shared, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+pub(crate) async fn send(
+    sh: &Shared,
+    caps: Capabilities,
+    msg: &OutboundMessage,
+) -> Result<SendReceipt, SendError> {
     let (channel, thread) = target(&msg.key)?;
-    let chunks = render_chunks(&msg.text, sh.cfg.effective_max_len());
+    let chunks = render_chunks(&msg.text, caps);
     let fp = fingerprint(msg);
     let start = sh.memory().delivered_chunks.get(&fp).copied().unwrap_or(0);
     let mut receipt = SendReceipt::default();
@@ -174,10 +134,15 @@ mod tests {
 
     #[test]
     fn chunks_respect_the_limit_and_keep_order() {
-        let text: String = (0..50)
-            .map(|i| format!("line {i:02} of the reply\n"))
-            .collect();
-        let chunks = render_chunks(&text, 100);
+        let caps = Capabilities {
+            edits: true,
+            typing: false,
+            threads: true,
+            max_message_len: 100,
+            dialect: switchboard_channel::Dialect::SlackMrkdwn,
+        };
+        let text: String = (0..50).map(|i| format!("line {i:02} & more\n")).collect();
+        let chunks = render_chunks(&text, caps);
         assert!(chunks.len() > 1);
         assert!(
             chunks.iter().all(|c| c.chars().count() <= 100),
@@ -185,11 +150,6 @@ mod tests {
         );
         let joined = chunks.concat();
         assert!(joined.find("line 00").unwrap() < joined.find("line 49").unwrap());
-    }
-
-    #[test]
-    fn hard_split_prefers_line_breaks() {
-        let parts = hard_split("aaaa\nbbbb\ncccc", 10);
-        assert_eq!(parts, vec!["aaaa\nbbbb\n", "cccc"]);
+        assert!(joined.contains("&amp;"), "mrkdwn escapes &");
     }
 }

@@ -83,6 +83,8 @@ pub enum Fault {
     Error(String),
     /// A bare HTTP status with a JSON error body.
     Status(u16),
+    /// Answer normally (to fail a later call: `inject(m, Pass)` then `inject(m, Error(..))`).
+    Pass,
 }
 
 /// What [`FakeSlack::push_event`] sent.
@@ -496,7 +498,7 @@ async fn api(
             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return json_response(status, json!({"ok": false, "error": "fake_status"}));
         }
-        None => {}
+        Some(Fault::Pass) | None => {}
     }
     let resp = web_method(&shared, &method, &p);
     shared.bump();

@@ -1,0 +1,207 @@
+//! The tool loop shared by turns and sub-agents: call the model, run the tool calls it
+//! asks for in order (each under `agent.tool_timeout`), feed the results back, and stop on
+//! a final answer, the iteration limit, cancellation or an error. Cancellation is checked
+//! between every step; unrun tool calls get a "cancelled" result so the history stays valid.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::context;
+use super::steering;
+use super::tool::ToolContext;
+use super::tools::Registry;
+use crate::llm::{ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role};
+use crate::metrics::Metrics;
+
+/// The fixed inputs of one loop.
+pub struct LoopSpec {
+    pub model: String,
+    pub system: String,
+    pub system_dynamic: String,
+    pub max_tokens: u32,
+    pub max_iterations: u32,
+    pub tool_timeout: Duration,
+    pub context_window: u32,
+    /// Steering for the whole turn (channel, origin, re-anchor…), inserted before the last
+    /// user message.
+    pub steering: Vec<String>,
+    /// The current user text (for the tool nudge).
+    pub user_text: String,
+}
+
+/// Where the loop stands; kept across a compaction retry.
+#[derive(Default)]
+pub struct LoopState {
+    /// History ending with the current user message.
+    pub history: Vec<ChatMessage>,
+    /// Assistant and tool messages produced in this turn, in order (to be stored).
+    pub produced: Vec<ChatMessage>,
+    pub iteration: u32,
+    pub empty_retried: bool,
+}
+
+/// How the loop ended.
+#[derive(Debug)]
+pub enum LoopEnd {
+    /// The model's final answer.
+    Answer(String),
+    /// `agent.max_iterations` was reached; the text is the honest note for the user.
+    Limit(String),
+    Cancelled,
+    /// The provider said the prompt is too long.
+    Overflow,
+    Failed(LlmError),
+}
+
+/// Put steering messages before the last user message of `history`.
+fn with_steering(history: Vec<ChatMessage>, steering: &[String]) -> Vec<ChatMessage> {
+    if steering.is_empty() {
+        return history;
+    }
+    let at = history
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .unwrap_or(history.len());
+    let mut out = Vec::with_capacity(history.len() + steering.len());
+    let mut rest = history;
+    let tail = rest.split_off(at);
+    out.extend(rest);
+    out.extend(
+        steering
+            .iter()
+            .map(|s| ChatMessage::new(Role::System, s.clone())),
+    );
+    out.extend(tail);
+    out
+}
+
+/// Run the loop until it ends.
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    llm: &dyn LlmProvider,
+    tools: &Registry,
+    ctx: &ToolContext,
+    spec: &LoopSpec,
+    state: &mut LoopState,
+    sink: Option<DeltaSink>,
+    metrics: &Metrics,
+) -> LoopEnd {
+    let specs = tools.specs();
+    let budget = context::input_budget(
+        spec.context_window,
+        spec.max_tokens,
+        context::schema_tokens(&specs),
+        context::tokens(&spec.system) + context::tokens(&spec.system_dynamic),
+    );
+    let names = tools.names();
+    while state.iteration < spec.max_iterations {
+        if ctx.cancel.is_cancelled() {
+            return LoopEnd::Cancelled;
+        }
+        state.iteration += 1;
+        let mut steer = spec.steering.clone();
+        steer.extend(steering::iteration_budget(
+            state.iteration,
+            spec.max_iterations,
+        ));
+        if state.iteration == 1 || state.empty_retried {
+            steer.extend(steering::tool_nudge(
+                &spec.user_text,
+                &names,
+                state.empty_retried && state.produced.is_empty(),
+            ));
+        }
+        let extra: usize = context::total(&state.produced)
+            + steer.iter().map(|s| context::tokens(s) + 4).sum::<usize>();
+        let (history, _) = context::fit(&state.history, extra, budget);
+        let mut messages = with_steering(history, &steer);
+        let mut produced = state.produced.clone();
+        if context::total(&messages) + context::total(&produced) > budget {
+            context::shorten_old_tool_results(&mut produced);
+        }
+        messages.extend(produced);
+        let req = LlmRequest {
+            model: spec.model.clone(),
+            system: spec.system.clone(),
+            system_dynamic: spec.system_dynamic.clone(),
+            messages,
+            tools: specs.clone(),
+            max_tokens: spec.max_tokens,
+        };
+        metrics.llm_requests.fetch_add(1, Ordering::Relaxed);
+        let resp = tokio::select! {
+            r = llm.complete(&req, sink.clone()) => r,
+            _ = ctx.cancel.cancelled() => return LoopEnd::Cancelled,
+        };
+        let resp = match resp {
+            Ok(r) => r,
+            Err(LlmError::ContextOverflow) => {
+                metrics.llm_errors.fetch_add(1, Ordering::Relaxed);
+                state.iteration -= 1;
+                return LoopEnd::Overflow;
+            }
+            Err(e) => {
+                metrics.llm_errors.fetch_add(1, Ordering::Relaxed);
+                return LoopEnd::Failed(e);
+            }
+        };
+        metrics
+            .llm_prompt_tokens
+            .fetch_add(resp.usage.prompt_tokens, Ordering::Relaxed);
+        metrics
+            .llm_completion_tokens
+            .fetch_add(resp.usage.completion_tokens, Ordering::Relaxed);
+        if resp.tool_calls.is_empty() {
+            if resp.text.trim().is_empty() && state.produced.is_empty() && !state.empty_retried {
+                // An empty first answer is retried once, with a nudge.
+                state.empty_retried = true;
+                state.iteration -= 1;
+                continue;
+            }
+            state
+                .produced
+                .push(ChatMessage::new(Role::Assistant, resp.text.clone()));
+            return LoopEnd::Answer(resp.text);
+        }
+        let mut call_msg = ChatMessage::new(Role::Assistant, resp.text.clone());
+        call_msg.tool_calls = resp.tool_calls.clone();
+        state.produced.push(call_msg);
+        let mut cancelled = false;
+        for call in &resp.tool_calls {
+            let content = if cancelled || ctx.cancel.is_cancelled() {
+                cancelled = true;
+                "cancelled: the user stopped this turn".to_string()
+            } else {
+                let result = tokio::select! {
+                    r = tools.call(&call.name, &call.arguments, ctx, spec.tool_timeout) => Some(r),
+                    _ = ctx.cancel.cancelled() => None,
+                };
+                match result {
+                    Some(Ok(text)) => text,
+                    Some(Err(e)) => {
+                        tracing::debug!(tool = %call.name, "tool error: {e}");
+                        format!("error: {e}")
+                    }
+                    None => {
+                        cancelled = true;
+                        "cancelled: the user stopped this turn".to_string()
+                    }
+                }
+            };
+            let mut result = ChatMessage::new(Role::Tool, content);
+            result.tool_call_id = Some(call.id.clone());
+            state.produced.push(result);
+        }
+        if cancelled {
+            return LoopEnd::Cancelled;
+        }
+    }
+    let note = format!(
+        "I stopped after {} steps without finishing (my limit per message). Tell me if I should continue from where I got.",
+        spec.max_iterations
+    );
+    state
+        .produced
+        .push(ChatMessage::new(Role::Assistant, note.clone()));
+    LoopEnd::Limit(note)
+}

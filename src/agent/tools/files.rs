@@ -1,0 +1,187 @@
+//! File tools confined to the workspace: `read_file`, `write_file`, `edit_file`, `list_dir`.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::paths::{display, resolve};
+use crate::agent::tool::{Tool, ToolContext, ToolError};
+
+/// Largest file `read_file` returns whole, in bytes.
+const MAX_READ: u64 = 256 * 1024;
+/// Most entries `list_dir` shows.
+const MAX_ENTRIES: usize = 500;
+
+fn arg<'a>(args: &'a Value, name: &str) -> &'a str {
+    args[name].as_str().unwrap_or_default()
+}
+
+fn io_err(path: &str, e: std::io::Error) -> ToolError {
+    ToolError::Failed(format!("{path}: {e}"))
+}
+
+/// `read_file`: a text file of the workspace.
+pub struct ReadFile;
+
+#[async_trait]
+impl Tool for ReadFile {
+    fn name(&self) -> &'static str {
+        "read_file"
+    }
+    fn description(&self) -> &'static str {
+        "Read a text file from the workspace."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "required": ["path"],
+               "properties": {"path": {"type": "string", "description": "Path relative to the workspace", "minLength": 1}}})
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let path = arg(&args, "path");
+        let real = resolve(ctx, path)?;
+        let meta = tokio::fs::metadata(&real)
+            .await
+            .map_err(|e| io_err(path, e))?;
+        if meta.is_dir() {
+            return Err(ToolError::Failed(format!(
+                "{path} is a folder; use list_dir"
+            )));
+        }
+        if meta.len() > MAX_READ {
+            return Err(ToolError::Failed(format!(
+                "{path} is {} bytes; the limit is {MAX_READ}",
+                meta.len()
+            )));
+        }
+        let bytes = tokio::fs::read(&real).await.map_err(|e| io_err(path, e))?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+/// `write_file`: create or replace a file, creating parent folders.
+pub struct WriteFile;
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn name(&self) -> &'static str {
+        "write_file"
+    }
+    fn description(&self) -> &'static str {
+        "Create or overwrite a file in the workspace (parent folders are created)."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "required": ["path", "content"],
+               "properties": {"path": {"type": "string", "minLength": 1}, "content": {"type": "string"}}})
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let path = arg(&args, "path");
+        let content = arg(&args, "content");
+        let real = resolve(ctx, path)?;
+        if let Some(parent) = real.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| io_err(path, e))?;
+        }
+        // Re-check after creating folders: a folder may have been a symlink.
+        let real = resolve(ctx, path)?;
+        tokio::fs::write(&real, content)
+            .await
+            .map_err(|e| io_err(path, e))?;
+        Ok(format!(
+            "wrote {} bytes to {}",
+            content.len(),
+            display(ctx, &real)
+        ))
+    }
+}
+
+/// `edit_file`: replace one exact occurrence of a text.
+pub struct EditFile;
+
+#[async_trait]
+impl Tool for EditFile {
+    fn name(&self) -> &'static str {
+        "edit_file"
+    }
+    fn description(&self) -> &'static str {
+        "Replace old_text with new_text in a workspace file; old_text must occur exactly once."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "required": ["path", "old_text", "new_text"],
+               "properties": {"path": {"type": "string", "minLength": 1},
+                              "old_text": {"type": "string", "minLength": 1},
+                              "new_text": {"type": "string"}}})
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let path = arg(&args, "path");
+        let (old, new) = (arg(&args, "old_text"), arg(&args, "new_text"));
+        let real = resolve(ctx, path)?;
+        let text = tokio::fs::read_to_string(&real)
+            .await
+            .map_err(|e| io_err(path, e))?;
+        match text.matches(old).count() {
+            0 => Err(ToolError::Failed(format!("old_text not found in {path}"))),
+            1 => {
+                let updated = text.replacen(old, new, 1);
+                tokio::fs::write(&real, updated)
+                    .await
+                    .map_err(|e| io_err(path, e))?;
+                Ok(format!("edited {path}"))
+            }
+            n => Err(ToolError::Failed(format!(
+                "old_text occurs {n} times in {path}; include more context so it matches once"
+            ))),
+        }
+    }
+}
+
+/// `list_dir`: the entries of a workspace folder.
+pub struct ListDir;
+
+#[async_trait]
+impl Tool for ListDir {
+    fn name(&self) -> &'static str {
+        "list_dir"
+    }
+    fn description(&self) -> &'static str {
+        "List a workspace folder (folders end with /). Use \".\" for the workspace itself."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}})
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let path = match arg(&args, "path") {
+            "" => ".",
+            p => p,
+        };
+        let real = resolve(ctx, path)?;
+        let mut rd = tokio::fs::read_dir(&real)
+            .await
+            .map_err(|e| io_err(path, e))?;
+        let mut entries = Vec::new();
+        while let Some(e) = rd.next_entry().await.map_err(|e| io_err(path, e))? {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let meta = e.metadata().await.ok();
+            entries.push(match meta {
+                Some(m) if m.is_dir() => format!("{name}/"),
+                Some(m) => format!("{name} ({} bytes)", m.len()),
+                None => name,
+            });
+        }
+        entries.sort();
+        let total = entries.len();
+        entries.truncate(MAX_ENTRIES);
+        if entries.is_empty() {
+            return Ok(format!("{path} is empty"));
+        }
+        let mut out = entries.join("\n");
+        if total > MAX_ENTRIES {
+            out.push_str(&format!("\n[… {total} entries in all]"));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,52 @@
+//! `message`: send a text to another chat this gateway knows (or any chat, for the owner).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use switchboard_channel::{ChatKey, OutboundMessage};
+
+use crate::agent::publisher::Publisher;
+use crate::agent::tool::{Tool, ToolContext, ToolError};
+
+/// `message`: an outbound message to `key`.
+pub struct Message {
+    publisher: Arc<dyn Publisher>,
+}
+
+impl Message {
+    pub fn new(publisher: Arc<dyn Publisher>) -> Self {
+        Self { publisher }
+    }
+}
+
+#[async_trait]
+impl Tool for Message {
+    fn name(&self) -> &'static str {
+        "message"
+    }
+    fn description(&self) -> &'static str {
+        "Send a message to another chat, by key like telegram:123456 or slack:C0123ABC. Your normal reply already goes to the current chat."
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "required": ["key", "text"],
+               "properties": {"key": {"type": "string", "minLength": 3}, "text": {"type": "string", "minLength": 1}}})
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let raw = args["key"].as_str().unwrap_or_default();
+        let key: ChatKey = raw
+            .parse()
+            .map_err(|e| ToolError::InvalidArguments(format!("key: {e}")))?;
+        if !ctx.sender_is_owner && !self.publisher.known_key(&key) {
+            return Err(ToolError::Refused(format!(
+                "{key} is not a chat this gateway has talked with; only the owner may message new chats"
+            )));
+        }
+        let text = args["text"].as_str().unwrap_or_default();
+        self.publisher
+            .send(OutboundMessage::new(key.clone(), text))
+            .await
+            .map_err(|e| ToolError::Failed(format!("could not send to {key}: {e}")))?;
+        Ok(format!("sent to {key}"))
+    }
+}

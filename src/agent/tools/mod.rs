@@ -1,0 +1,141 @@
+//! The tool registry and the built-in tools.
+//!
+//! The registry is the one conversion point: it parses the model's argument text, validates
+//! it against the tool's schema, runs the tool under `agent.tool_timeout`, and turns every
+//! failure into a result text for the model (never a crash).
+//!
+//! - [`schema`]: argument validation.
+//! - [`paths`]: workspace confinement for file tools.
+//! - [`files`]: `read_file`, `write_file`, `edit_file`, `list_dir`.
+//! - [`exec`]: shell commands with a deny list.
+//! - [`net`]: address checks shared by the web tools (no private targets).
+//! - [`web`]: `web_fetch` and `web_search`.
+//! - [`memory`]: the `memory` tool (MEMORY.md).
+//! - [`message`]: the `message` tool (send to another chat).
+//! - [`read_skill`]: the `read_skill` tool.
+//! - [`spawn`]: the `spawn` tool (background sub-agents).
+
+pub mod exec;
+pub mod files;
+pub mod memory;
+pub mod message;
+pub mod net;
+pub mod paths;
+pub mod read_skill;
+pub mod schema;
+pub mod spawn;
+pub mod web;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::tool::{Tool, ToolContext, ToolError};
+use crate::llm::ToolSpec;
+
+/// Longest tool result handed back to the model, in characters.
+pub const MAX_RESULT_CHARS: usize = 16_000;
+
+/// The tools offered in one turn, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl Registry {
+    /// A registry of `tools`; a later tool with the same name replaces an earlier one.
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Self {
+        let mut r = Self::default();
+        for t in tools {
+            r.add(t);
+        }
+        r
+    }
+
+    /// Add (or replace by name) a tool.
+    pub fn add(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.retain(|t| t.name() != tool.name());
+        self.tools.push(tool);
+    }
+
+    /// Only the tools a read-only sub-agent may use.
+    pub fn read_only(&self) -> Registry {
+        Registry {
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| t.read_only())
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The tool of this name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name).cloned()
+    }
+
+    /// Whether a tool of this name is offered.
+    pub fn has(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t.name() == name)
+    }
+
+    /// The tool names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|t| t.name()).collect()
+    }
+
+    /// What the model is offered.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name().to_string(),
+                description: t.description().to_string(),
+                parameters: t.schema(),
+            })
+            .collect()
+    }
+
+    /// Run one call: parse, validate, run with a timeout. Errors become the result text.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &ToolContext,
+        timeout: Duration,
+    ) -> Result<String, ToolError> {
+        let Some(tool) = self.tools.iter().find(|t| t.name() == name) else {
+            return Err(ToolError::Failed(format!(
+                "unknown tool {name}; available tools: {}",
+                self.names().join(", ")
+            )));
+        };
+        let args: Value = if arguments.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            serde_json::from_str(arguments).map_err(|e| {
+                ToolError::InvalidArguments(format!("arguments are not valid JSON: {e}"))
+            })?
+        };
+        schema::validate(&args, &tool.schema()).map_err(ToolError::InvalidArguments)?;
+        match tokio::time::timeout(timeout, tool.call(args, ctx)).await {
+            Ok(r) => r.map(|s| cap(s, MAX_RESULT_CHARS)),
+            Err(_) => Err(ToolError::Failed(format!(
+                "{name} timed out after {}s",
+                timeout.as_secs_f64()
+            ))),
+        }
+    }
+}
+
+/// Cut `s` to `max` characters with a note.
+pub fn cap(mut s: String, max: usize) -> String {
+    if let Some((byte, _)) = s.char_indices().nth(max) {
+        let total = s.chars().count();
+        s.truncate(byte);
+        s.push_str(&format!("\n[… cut: {total} characters in all]"));
+    }
+    s
+}

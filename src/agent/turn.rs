@@ -1,0 +1,214 @@
+//! One turn: commands, session load, system prompt and steering, the tool loop (with one
+//! compaction retry on context overflow), then the reply and the store writes.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use switchboard_channel::{InboundMessage, Origin, OutboundKind, SystemOrigin};
+
+use super::run::{self, LoopEnd, LoopSpec, LoopState};
+use super::session::Session;
+use super::tool::ToolContext;
+use super::{Agent, commands, prompt, skills, steering};
+use crate::bus::{Interrupted, TurnInput, TurnOutput};
+use crate::llm::{ChatMessage, Role};
+use crate::store::{Batch, Tree};
+
+impl Agent {
+    /// The user turn as the model sees it.
+    pub(super) fn user_content(messages: &[InboundMessage]) -> String {
+        let mut parts = Vec::with_capacity(messages.len());
+        for m in messages {
+            let mut text = match &m.origin {
+                Origin::User if m.is_group => format!("[{}] {}", m.sender.display_name, m.text),
+                Origin::User => m.text.clone(),
+                Origin::System(SystemOrigin::Cron { job_id }) => {
+                    format!("[scheduled job {job_id}] {}", m.text)
+                }
+                Origin::System(SystemOrigin::Heartbeat) => format!("[heartbeat] {}", m.text),
+                Origin::System(SystemOrigin::Subagent { id }) => {
+                    format!("[sub-agent {id} finished] {}", m.text)
+                }
+            };
+            if let Some(quoted) = m.metadata.get("reply_to_text").and_then(|v| v.as_str()) {
+                text = format!("(replying to: \"{quoted}\")\n{text}");
+            }
+            for a in &m.attachments {
+                text.push_str(&format!("\n[attachment: {:?} {}]", a.kind, a.location));
+            }
+            parts.push(text);
+        }
+        parts.join("\n\n")
+    }
+
+    fn turn_steering(&self, last: &InboundMessage, session: &Session, now: &str) -> Vec<String> {
+        let minutes = session
+            .updated_at
+            .map(|t| (chrono::Utc::now() - t).num_minutes());
+        [
+            steering::channel_style(&last.key.channel, last.is_group),
+            steering::system_origin(&last.origin),
+            steering::identity_reanchor(&self.config.agent.name, session.turns),
+            steering::clock_refresh(minutes, now),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    pub(super) async fn run_turn(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        let Some(last) = turn.messages.last() else {
+            return Ok(TurnOutput::default());
+        };
+        let key = &turn.key;
+        if let Some(out) = commands::handle(self, &turn) {
+            return Ok(out);
+        }
+        let mut session = Session::load(self.store.as_ref(), key).unwrap_or_else(|e| {
+            tracing::error!(%key, "cannot load the session: {e}");
+            Session::default()
+        });
+        let light = last.metadata.get("light_context").and_then(|v| v.as_bool()) == Some(true);
+        let model = last
+            .metadata
+            .get("model")
+            .and_then(|v| v.as_str())
+            .filter(|m| !m.is_empty())
+            .unwrap_or(&self.config.llm.model)
+            .to_string();
+        let skills = Arc::new(skills::load_skills(&self.config));
+        let registry = self.registry(&skills);
+        let ctx = ToolContext {
+            key: key.clone(),
+            sender_is_owner: last.sender.is_owner,
+            workspace: self.config.gateway.workspace.clone(),
+            restrict_to_workspace: self.config.agent.restrict_to_workspace,
+            cancel: turn.cancel.clone(),
+        };
+        let user = ChatMessage::new(Role::User, Self::user_content(&turn.messages));
+        let mut history: Vec<ChatMessage> = if light {
+            Vec::new()
+        } else {
+            session.window(self.config.agent.history_messages).to_vec()
+        };
+        history.push(user.clone());
+        let dynamic = prompt::dynamic(&self.config, &model);
+        let summary = if light { None } else { session.summary.clone() };
+        let mut spec = LoopSpec {
+            model,
+            system: prompt::stable(&self.config, &skills, last, summary.as_deref()),
+            system_dynamic: dynamic.clone(),
+            max_tokens: self.config.llm.max_tokens,
+            max_iterations: self.config.agent.max_iterations.max(1),
+            tool_timeout: self.config.agent.tool_timeout.get(),
+            context_window: self.config.llm.context_window,
+            steering: self.turn_steering(last, &session, &dynamic),
+            user_text: user.content.clone(),
+        };
+        let mut state = LoopState {
+            history,
+            ..Default::default()
+        };
+        let sink = self.streams.as_ref().and_then(|s| s.sink_for(&last.id));
+        let mut end = run::run(
+            self.llm.as_ref(),
+            &registry,
+            &ctx,
+            &spec,
+            &mut state,
+            sink.clone(),
+            &self.metrics,
+        )
+        .await;
+        if matches!(end, LoopEnd::Overflow) {
+            // Compact: fold all but the current message into the summary, then retry once.
+            tracing::info!(%key, "context overflow: compacting the session and retrying once");
+            let older = state.history.len().saturating_sub(1);
+            let folded: Vec<ChatMessage> = state.history.drain(..older).collect();
+            let stored_start = session.messages.len().saturating_sub(folded.len());
+            session.messages.truncate(stored_start);
+            let mut fold_all = std::mem::take(&mut session.messages);
+            fold_all.extend(folded);
+            session.summary = Some(super::context::summarize(
+                session.summary.as_deref(),
+                &fold_all,
+            ));
+            spec.system = prompt::stable(&self.config, &skills, last, session.summary.as_deref());
+            spec.steering.extend(steering::compaction_recovery(true));
+            end = run::run(
+                self.llm.as_ref(),
+                &registry,
+                &ctx,
+                &spec,
+                &mut state,
+                sink,
+                &self.metrics,
+            )
+            .await;
+        }
+        let mut writes = Batch::default();
+        if last.origin == Origin::User {
+            writes.put(Tree::Meta, "last_active", key.to_string());
+        }
+        let (reply, kind) = match end {
+            LoopEnd::Answer(text) => (text, OutboundKind::Final),
+            LoopEnd::Limit(text) => (text, OutboundKind::Final),
+            LoopEnd::Cancelled => {
+                if self.shutdown.as_ref().is_none_or(|s| s.is_cancelled()) {
+                    return Err(Interrupted);
+                }
+                // `/stop`: keep what happened (tool results say "cancelled"); the bus
+                // already answered "Stopped.".
+                self.store_session(&mut session, user, state.produced, key, &mut writes);
+                return Ok(TurnOutput {
+                    replies: Vec::new(),
+                    writes,
+                });
+            }
+            LoopEnd::Overflow => {
+                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
+                let text = "⚠️ This conversation is too long for the model even after condensing it. Send /new to start fresh.";
+                return Ok(TurnOutput {
+                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    writes,
+                });
+            }
+            LoopEnd::Failed(e) => {
+                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%key, "turn failed: {e}");
+                let text = format!(
+                    "⚠️ Sorry, I couldn't get an answer from the language model ({e}). Please try again in a moment."
+                );
+                return Ok(TurnOutput {
+                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    writes,
+                });
+            }
+        };
+        self.store_session(&mut session, user, state.produced, key, &mut writes);
+        let heartbeat_ok = last.origin == Origin::System(SystemOrigin::Heartbeat)
+            && crate::scheduler::heartbeat::suppress_reply(&reply);
+        let replies = if reply.trim().is_empty() || heartbeat_ok {
+            Vec::new()
+        } else {
+            vec![Self::reply(last, reply, kind)]
+        };
+        Ok(TurnOutput { replies, writes })
+    }
+
+    fn store_session(
+        &self,
+        session: &mut Session,
+        user: ChatMessage,
+        produced: Vec<ChatMessage>,
+        key: &switchboard_channel::ChatKey,
+        writes: &mut Batch,
+    ) {
+        session.messages.push(user);
+        session.messages.extend(produced);
+        session.turns += 1;
+        session.updated_at = Some(chrono::Utc::now());
+        session.compact(self.config.agent.history_messages.max(2));
+        session.save(key, writes);
+    }
+}

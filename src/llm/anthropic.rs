@@ -1,0 +1,302 @@
+//! Anthropic Messages API: `POST {base_url}/v1/messages`, streaming events, `tool_use` and
+//! `tool_result` blocks, and the system prompt as a top-level field.
+//!
+//! The system prompt is sent as two blocks: the stable prefix, marked with
+//! `cache_control` so the provider can cache it across turns, then the small dynamic
+//! suffix (clock, model) which changes every request and is therefore not cached.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use super::openai::{classify, retry_after, transport};
+use super::{
+    DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse,
+};
+
+/// The API version header every request carries.
+const VERSION: &str = "2023-06-01";
+
+/// Client for the Anthropic Messages API.
+pub struct Anthropic {
+    http: reqwest::Client,
+    url: String,
+    api_key: Option<String>,
+}
+
+impl Anthropic {
+    /// `base_url` is `https://api.anthropic.com` (with or without `/v1`).
+    pub fn new(
+        base_url: &str,
+        api_key: Option<String>,
+        timeout: Duration,
+    ) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| LlmError::Refused(format!("cannot build the HTTP client: {e}")))?;
+        let base = base_url.trim_end_matches('/');
+        let url = if base.ends_with("/v1") {
+            format!("{base}/messages")
+        } else {
+            format!("{base}/v1/messages")
+        };
+        Ok(Self { http, url, api_key })
+    }
+
+    /// The request body for `req`.
+    pub fn body(req: &LlmRequest, stream: bool) -> Value {
+        let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+        for m in &req.messages {
+            let (role, blocks) = match m.role {
+                // A stray system message inside the history becomes user text.
+                Role::User | Role::System => {
+                    ("user", vec![json!({"type": "text", "text": m.content})])
+                }
+                Role::Assistant => {
+                    let mut blocks = Vec::new();
+                    if !m.content.is_empty() {
+                        blocks.push(json!({"type": "text", "text": m.content}));
+                    }
+                    for c in &m.tool_calls {
+                        let input = serde_json::from_str::<Value>(&c.arguments)
+                            .ok()
+                            .filter(Value::is_object)
+                            .unwrap_or_else(|| json!({}));
+                        blocks.push(
+                            json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                        );
+                    }
+                    if blocks.is_empty() {
+                        blocks.push(json!({"type": "text", "text": "(no answer)"}));
+                    }
+                    ("assistant", blocks)
+                }
+                Role::Tool => (
+                    "user",
+                    vec![json!({
+                        "type": "tool_result",
+                        "tool_use_id": m.tool_call_id.clone().unwrap_or_default(),
+                        "content": m.content,
+                    })],
+                ),
+            };
+            // The API wants strictly alternating roles: merge neighbours of the same role
+            // (tool results and the next user text travel in one user message).
+            match turns.last_mut() {
+                Some((r, b)) if *r == role => b.extend(blocks),
+                _ => turns.push((role, blocks)),
+            }
+        }
+        let messages: Vec<Value> = turns
+            .into_iter()
+            .map(|(role, content)| json!({"role": role, "content": content}))
+            .collect();
+        let mut system = Vec::new();
+        if !req.system.is_empty() {
+            system.push(
+                json!({"type": "text", "text": req.system, "cache_control": {"type": "ephemeral"}}),
+            );
+        }
+        if !req.system_dynamic.is_empty() {
+            system.push(json!({"type": "text", "text": req.system_dynamic}));
+        }
+        let mut body = json!({
+            "model": req.model,
+            "max_tokens": req.max_tokens,
+            "messages": messages,
+        });
+        if !system.is_empty() {
+            body["system"] = Value::Array(system);
+        }
+        if !req.tools.is_empty() {
+            body["tools"] = req
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+        }
+        if stream {
+            body["stream"] = json!(true);
+        }
+        body
+    }
+}
+
+/// A content block being streamed.
+#[derive(Default)]
+struct Block {
+    id: String,
+    name: String,
+    json: String,
+    is_tool: bool,
+}
+
+/// Assembles a streamed message from its events.
+#[derive(Default)]
+struct Assembly {
+    out: LlmResponse,
+    blocks: BTreeMap<u64, Block>,
+}
+
+impl Assembly {
+    fn apply(&mut self, ev: &sse::Event, on_delta: &DeltaSink) -> Result<(), LlmError> {
+        if ev.data.is_empty() {
+            return Ok(());
+        }
+        let v: Value = serde_json::from_str(&ev.data)
+            .map_err(|e| LlmError::Protocol(format!("bad stream event: {e}")))?;
+        let kind = v["type"].as_str().unwrap_or(ev.event.as_str());
+        let index = v["index"].as_u64().unwrap_or(0);
+        match kind {
+            "message_start" => {
+                self.out.usage.prompt_tokens =
+                    v["message"]["usage"]["input_tokens"].as_u64().unwrap_or(0);
+            }
+            "content_block_start" => {
+                let cb = &v["content_block"];
+                let block = self.blocks.entry(index).or_default();
+                if cb["type"] == "tool_use" {
+                    block.is_tool = true;
+                    block.id = cb["id"].as_str().unwrap_or_default().to_string();
+                    block.name = cb["name"].as_str().unwrap_or_default().to_string();
+                } else if let Some(t) = cb["text"].as_str().filter(|t| !t.is_empty()) {
+                    on_delta(t);
+                    self.out.text.push_str(t);
+                }
+            }
+            "content_block_delta" => {
+                let d = &v["delta"];
+                match d["type"].as_str() {
+                    Some("text_delta") => {
+                        if let Some(t) = d["text"].as_str().filter(|t| !t.is_empty()) {
+                            on_delta(t);
+                            self.out.text.push_str(t);
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let frag = d["partial_json"].as_str().unwrap_or_default();
+                        self.blocks.entry(index).or_default().json.push_str(frag);
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                    self.out.finish_reason = r.to_string();
+                }
+                if let Some(n) = v["usage"]["output_tokens"].as_u64() {
+                    self.out.usage.completion_tokens = n;
+                }
+            }
+            "error" => {
+                let status = if v["error"]["type"] == "overloaded_error" {
+                    529
+                } else {
+                    500
+                };
+                return Err(classify(status, None, &v["error"].to_string()));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> LlmResponse {
+        self.out.tool_calls = self
+            .blocks
+            .into_values()
+            .filter(|b| b.is_tool)
+            .map(|b| ToolCall {
+                id: b.id,
+                name: b.name,
+                arguments: if b.json.trim().is_empty() {
+                    "{}".into()
+                } else {
+                    b.json
+                },
+            })
+            .collect();
+        self.out
+    }
+}
+
+fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
+    let content = v["content"]
+        .as_array()
+        .ok_or_else(|| LlmError::Protocol("no content in the answer".into()))?;
+    let mut out = LlmResponse {
+        finish_reason: v["stop_reason"].as_str().unwrap_or_default().to_string(),
+        usage: Usage {
+            prompt_tokens: v["usage"]["input_tokens"].as_u64().unwrap_or(0),
+            completion_tokens: v["usage"]["output_tokens"].as_u64().unwrap_or(0),
+        },
+        ..Default::default()
+    };
+    for block in content {
+        match block["type"].as_str() {
+            Some("text") => out
+                .text
+                .push_str(block["text"].as_str().unwrap_or_default()),
+            Some("tool_use") => out.tool_calls.push(ToolCall {
+                id: block["id"].as_str().unwrap_or_default().to_string(),
+                name: block["name"].as_str().unwrap_or_default().to_string(),
+                arguments: block["input"].to_string(),
+            }),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl LlmProvider for Anthropic {
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        on_delta: Option<DeltaSink>,
+    ) -> Result<LlmResponse, LlmError> {
+        let stream = on_delta.is_some();
+        let mut rb = self
+            .http
+            .post(&self.url)
+            .header("anthropic-version", VERSION)
+            .json(&Self::body(req, stream));
+        if let Some(key) = &self.api_key {
+            rb = rb.header("x-api-key", key);
+        }
+        let resp = rb.send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        if !resp.status().is_success() {
+            let ra = retry_after(resp.headers());
+            let body = resp.text().await.unwrap_or_default();
+            return Err(classify(status, ra, &body));
+        }
+        if !stream {
+            let v: Value = resp
+                .json()
+                .await
+                .map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
+            return parse_full(&v);
+        }
+        let on_delta = on_delta.unwrap_or_else(|| Arc::new(|_: &str| {}));
+        let mut asm = Assembly::default();
+        let mut parser = sse::Parser::default();
+        let mut body = resp.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(transport)?;
+            for ev in parser.push(&chunk) {
+                asm.apply(&ev, &on_delta)?;
+            }
+        }
+        if let Some(ev) = parser.finish() {
+            asm.apply(&ev, &on_delta)?;
+        }
+        Ok(asm.finish())
+    }
+}

@@ -1,0 +1,145 @@
+//! A provider wrapper for robustness: retries with exponential backoff and jitter
+//! (2 s·2^(n-1) ±20 %, `Retry-After` honoured) up to `llm.max_retries`, then each of
+//! `llm.fallback_models` in order; a model that failed cools down before it is tried again.
+//!
+//! The sleep function is injectable so tests can observe the delays without waiting.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse};
+
+/// How the wrapper waits between attempts.
+pub type SleepFn = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// First backoff delay.
+const BASE_DELAY: Duration = Duration::from_secs(2);
+/// Longest backoff delay (and longest `Retry-After` honoured).
+const MAX_DELAY: Duration = Duration::from_secs(60);
+/// How long a model that exhausted its retries is skipped.
+const COOL_DOWN: Duration = Duration::from_secs(60);
+
+/// Retries, fallbacks and cool-downs around any provider.
+pub struct Resilient {
+    inner: Arc<dyn LlmProvider>,
+    fallbacks: Vec<String>,
+    max_retries: u32,
+    cool_down: Duration,
+    sleep: SleepFn,
+    /// Model → when it may be tried again.
+    cooling: Mutex<HashMap<String, Instant>>,
+}
+
+impl Resilient {
+    /// Wrap `inner`: `max_retries` retries per model, then `fallbacks` in order.
+    pub fn new(inner: Arc<dyn LlmProvider>, fallbacks: Vec<String>, max_retries: u32) -> Self {
+        Self {
+            inner,
+            fallbacks,
+            max_retries,
+            cool_down: COOL_DOWN,
+            sleep: Arc::new(|d| Box::pin(tokio::time::sleep(d))),
+            cooling: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Replace the sleep between attempts (tests record the delays instead of waiting).
+    pub fn with_sleep(mut self, sleep: SleepFn) -> Self {
+        self.sleep = sleep;
+        self
+    }
+
+    /// How long a failed model is skipped.
+    pub fn with_cool_down(mut self, d: Duration) -> Self {
+        self.cool_down = d;
+        self
+    }
+
+    /// The models to try for `primary`, cooling ones left out unless every one is cooling.
+    fn candidates(&self, primary: &str) -> Vec<String> {
+        let mut all = vec![primary.to_string()];
+        for f in &self.fallbacks {
+            if !all.contains(f) {
+                all.push(f.clone());
+            }
+        }
+        let now = Instant::now();
+        let mut cooling = self.cooling.lock().unwrap_or_else(|p| p.into_inner());
+        cooling.retain(|_, until| *until > now);
+        let ready: Vec<String> = all
+            .iter()
+            .filter(|m| !cooling.contains_key(*m))
+            .cloned()
+            .collect();
+        if ready.is_empty() { all } else { ready }
+    }
+
+    fn cool(&self, model: &str) {
+        let until = Instant::now() + self.cool_down;
+        self.cooling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(model.to_string(), until);
+    }
+
+    fn delay_for(attempt: u32, err: &LlmError) -> Duration {
+        match err {
+            LlmError::RateLimited {
+                retry_after: Some(d),
+            } => (*d).min(MAX_DELAY),
+            _ => crate::backoff::delay(attempt, BASE_DELAY, MAX_DELAY),
+        }
+    }
+}
+
+#[async_trait]
+impl LlmProvider for Resilient {
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        on_delta: Option<DeltaSink>,
+    ) -> Result<LlmResponse, LlmError> {
+        // Once text has been streamed to a listener, a retry would repeat it.
+        let streamed = Arc::new(AtomicBool::new(false));
+        let sink = on_delta.map(|f| {
+            let streamed = streamed.clone();
+            Arc::new(move |t: &str| {
+                streamed.store(true, Ordering::Relaxed);
+                f(t)
+            }) as DeltaSink
+        });
+        let mut last_err = LlmError::Unavailable("no model to try".into());
+        for model in self.candidates(&req.model) {
+            let mut attempt_req = req.clone();
+            attempt_req.model = model.clone();
+            let mut attempt = 0u32;
+            loop {
+                match self.inner.complete(&attempt_req, sink.clone()).await {
+                    Ok(r) => return Ok(r),
+                    Err(LlmError::ContextOverflow) => return Err(LlmError::ContextOverflow),
+                    Err(e) if streamed.load(Ordering::Relaxed) => return Err(e),
+                    Err(e) if e.is_retryable() && attempt < self.max_retries => {
+                        attempt += 1;
+                        let wait = Self::delay_for(attempt, &e);
+                        tracing::warn!(%model, attempt, ?wait, "LLM request failed, retrying: {e}");
+                        (self.sleep)(wait).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%model, "giving up on this model: {e}");
+                        self.cool(&model);
+                        last_err = e;
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last_err)
+    }
+}

@@ -1,0 +1,414 @@
+//! The real `Agent` against the fake LLM over real HTTP: the tool loop, limits, timeouts,
+//! argument validation, steering, context budget and compaction, error replies.
+
+mod agent_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_support::*;
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use switchboard::agent::tool::{Tool, ToolContext, ToolError};
+use switchboard::config::DurationStr;
+use switchboard_channel::{Origin, OutboundKind, SystemOrigin};
+use switchboard_fakes::llm::Reply;
+
+#[tokio::test]
+async fn multi_step_tool_loop_reads_and_writes_files_and_stores_the_session() {
+    let h = Harness::new().await;
+    std::fs::write(h.workspace().join("notes.md"), "buy milk").unwrap();
+    h.llm
+        .push(Reply::tool_call("read_file", json!({"path": "notes.md"})));
+    h.llm.push(Reply::tool_call(
+        "write_file",
+        json!({"path": "out/todo.md", "content": "- milk"}),
+    ));
+    h.llm.push(Reply::text("Saved your todo."));
+    let mut m = msg("t:1", "make a todo from my notes");
+    m.metadata.insert("message_id".into(), json!("77"));
+    let out = turn(&h.agent(), &h.store, m).await;
+
+    assert_eq!(out.replies.len(), 1);
+    assert_eq!(out.replies[0].text, "Saved your todo.");
+    assert_eq!(out.replies[0].in_reply_to_inbound.as_deref(), Some("t:1"));
+    assert_eq!(out.replies[0].reply_to.as_deref(), Some("77"));
+    assert_eq!(
+        std::fs::read_to_string(h.workspace().join("out/todo.md")).unwrap(),
+        "- milk"
+    );
+    let reqs = h.llm.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(tool_results(&reqs[1].body), ["buy milk"]);
+    assert!(tool_results(&reqs[2].body)[1].starts_with("wrote 6 bytes"));
+    let names: Vec<&str> = reqs[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    for t in [
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_dir",
+        "exec",
+        "web_fetch",
+        "memory",
+        "read_skill",
+    ] {
+        assert!(names.contains(&t), "{t} offered");
+    }
+    let session = stored_session(&h.store);
+    let roles: Vec<&str> = session["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "assistant"
+        ]
+    );
+    assert_eq!(
+        h.store
+            .get(switchboard::store::Tree::Meta, b"last_active")
+            .unwrap()
+            .unwrap(),
+        b"telegram:42"
+    );
+}
+
+#[tokio::test]
+async fn iteration_limit_gives_an_honest_message() {
+    let h = Harness::with(|c| c.agent.max_iterations = 3).await;
+    h.llm
+        .set_default(Reply::tool_call("list_dir", json!({"path": "."})));
+    let out = turn(&h.agent(), &h.store, msg("t:1", "loop forever")).await;
+    assert_eq!(h.llm.request_count(), 3);
+    assert!(
+        out.replies[0].text.contains("stopped after 3 steps"),
+        "{}",
+        out.replies[0].text
+    );
+    // The budget steering appears near the end.
+    let last = &h.llm.requests()[2].body;
+    assert!(
+        messages(last)
+            .iter()
+            .any(|m| m["content"].as_str().unwrap_or("").contains("last step"))
+    );
+}
+
+/// A tool that never finishes; `started` fires when it is called.
+#[derive(Default)]
+struct Slow {
+    started: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Tool for Slow {
+    fn name(&self) -> &'static str {
+        "slow"
+    }
+    fn description(&self) -> &'static str {
+        "never finishes"
+    }
+    fn schema(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        self.started.notify_one();
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn tool_timeout_is_reported_to_the_model() {
+    let h = Harness::with(|c| c.agent.tool_timeout = DurationStr(Duration::from_millis(200))).await;
+    h.llm.push(Reply::tool_call("slow", json!({})));
+    h.llm.push(Reply::text("It timed out."));
+    let agent = h.agent().with_tools(vec![Arc::new(Slow::default())]);
+    let out = turn(&agent, &h.store, msg("t:1", "go")).await;
+    assert_eq!(out.replies[0].text, "It timed out.");
+    assert_eq!(
+        tool_results(&h.llm.requests()[1].body),
+        ["error: slow timed out after 0.2s"]
+    );
+}
+
+#[tokio::test]
+async fn steering_is_in_the_request_but_never_stored_or_shown() {
+    let h = Harness::new().await;
+    h.llm.push(Reply::text("Sure."));
+    let mut m = msg("t:1", "remind me to stretch");
+    m.origin = Origin::System(SystemOrigin::Cron {
+        job_id: "job-7".into(),
+    });
+    let out = turn(&h.agent(), &h.store, m).await;
+    let body = &h.llm.requests()[0].body;
+    let msgs = messages(body);
+    let last_user = msgs.iter().rposition(|m| m["role"] == "user").unwrap();
+    let steer: Vec<&str> = msgs[..last_user]
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .skip(1)
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        steer.iter().any(|s| s.starts_with("Telegram:")),
+        "{steer:?}"
+    );
+    assert!(
+        steer
+            .iter()
+            .any(|s| s.contains("scheduled reminder you set earlier (job job-7)")),
+        "{steer:?}"
+    );
+    assert_eq!(out.replies[0].text, "Sure.");
+    let stored = stored_session(&h.store).to_string();
+    assert!(
+        !stored.contains("Telegram:") && !stored.contains("scheduled reminder you set"),
+        "{stored}"
+    );
+    // The system prompt: identity, channel facts; clock in the dynamic part.
+    let system = msgs[0]["content"].as_str().unwrap();
+    assert!(system.starts_with("You are Switchboard"));
+    assert!(
+        system.contains(
+            "Channel: telegram (a direct chat), chat key telegram:42. Talking with: Ada."
+        )
+    );
+    assert!(system.contains("Current date and time:"));
+}
+
+#[tokio::test]
+async fn heartbeat_ok_is_not_delivered_but_the_session_is_stored() {
+    let h = Harness::new().await;
+    h.llm.push(Reply::text("HEARTBEAT_OK"));
+    let mut m = msg("hb:1", "check HEARTBEAT.md");
+    m.origin = Origin::System(SystemOrigin::Heartbeat);
+    m.metadata.insert("model".into(), json!("cheap-model"));
+    m.metadata.insert("light_context".into(), json!(true));
+    let out = turn(&h.agent(), &h.store, m).await;
+    assert!(out.replies.is_empty());
+    assert_eq!(h.llm.requests()[0].model, "cheap-model");
+    assert_eq!(
+        stored_session(&h.store)["messages"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        h.store
+            .get(switchboard::store::Tree::Meta, b"last_active")
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn long_history_is_cut_to_fit_without_splitting_tool_pairs() {
+    let h = Harness::with(|c| {
+        c.llm.context_window = 12_000;
+        c.llm.max_tokens = 1000;
+        c.agent.history_messages = 200;
+    })
+    .await;
+    let agent = h.agent();
+    let filler = "lorem ipsum ".repeat(300); // ≈ 1200 tokens
+    for i in 0..8 {
+        h.llm
+            .push(Reply::tool_call("list_dir", json!({"path": "."})));
+        h.llm.push(Reply::text(format!("answer {i} {filler}")));
+        turn(
+            &agent,
+            &h.store,
+            msg(&format!("t:{i}"), &format!("question {i} {filler}")),
+        )
+        .await;
+    }
+    h.llm.clear();
+    h.llm.push(Reply::text("fits"));
+    let out = turn(&agent, &h.store, msg("t:last", "final question")).await;
+    assert_eq!(out.replies[0].text, "fits");
+    let body = &h.llm.requests()[0].body;
+    let msgs = messages(body);
+    let size: usize = serde_json::to_string(&msgs).unwrap().len();
+    assert!(size / 3 < 12_000, "request within the window: {size} chars");
+    assert!(
+        !serde_json::to_string(&msgs).unwrap().contains("question 0"),
+        "oldest turns dropped"
+    );
+    let first = msgs.iter().find(|m| m["role"] != "system").unwrap();
+    assert_eq!(first["role"], "user", "history starts at a user message");
+    // Every tool result follows an assistant message that called it.
+    for (i, m) in msgs.iter().enumerate() {
+        if m["role"] == "tool" {
+            let id = &m["tool_call_id"];
+            let caller = msgs[..i]
+                .iter()
+                .rev()
+                .find(|p| p["role"] == "assistant")
+                .unwrap();
+            assert!(
+                caller["tool_calls"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| &c["id"] == id)
+            );
+        }
+    }
+    assert_eq!(messages(body).last().unwrap()["content"], "final question");
+}
+
+#[tokio::test]
+async fn context_overflow_compacts_and_retries_once() {
+    let h = Harness::new().await;
+    let agent = h.agent();
+    for i in 0..3 {
+        h.llm.push(Reply::text(format!("reply {i}")));
+        turn(
+            &agent,
+            &h.store,
+            msg(&format!("t:{i}"), &format!("message number {i}")),
+        )
+        .await;
+    }
+    h.llm.clear();
+    h.llm.push(Reply::context_overflow());
+    h.llm.push(Reply::text("after compaction"));
+    let out = turn(&agent, &h.store, msg("t:x", "and now?")).await;
+    assert_eq!(out.replies[0].text, "after compaction");
+    let reqs = h.llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let retry = messages(&reqs[1].body);
+    assert_eq!(
+        retry.iter().filter(|m| m["role"] == "user").count(),
+        1,
+        "older turns folded"
+    );
+    let system = retry[0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("Earlier in this conversation (condensed)")
+            && system.contains("- User: message number 1")
+    );
+    assert!(retry.iter().any(|m| {
+        m["content"]
+            .as_str()
+            .unwrap_or("")
+            .contains("condensed into a summary")
+    }));
+    let s = stored_session(&h.store);
+    assert!(s["summary"].as_str().unwrap().contains("message number 0"));
+    assert_eq!(s["messages"].as_array().unwrap().len(), 2);
+
+    // A second overflow after compaction gives up with a clear error.
+    h.llm.push(Reply::context_overflow());
+    h.llm.push(Reply::context_overflow());
+    let out = turn(&agent, &h.store, msg("t:y", "more")).await;
+    assert_eq!(out.replies[0].kind, OutboundKind::Error);
+    assert!(out.replies[0].text.contains("/new"));
+}
+
+#[tokio::test]
+async fn provider_failure_ends_in_a_clear_error_reply() {
+    let h = Harness::with(|c| {
+        c.llm.max_retries = 0;
+        c.llm.fallback_models = vec!["backup".into()];
+    })
+    .await;
+    h.llm.set_default(Reply::server_error());
+    let out = turn(&h.agent(), &h.store, msg("t:1", "hello")).await;
+    assert_eq!(out.replies.len(), 1);
+    assert_eq!(out.replies[0].kind, OutboundKind::Error);
+    assert!(
+        out.replies[0].text.contains("couldn't get an answer"),
+        "{}",
+        out.replies[0].text
+    );
+    let models: Vec<String> = h.llm.requests().iter().map(|r| r.model.clone()).collect();
+    assert_eq!(models, ["gpt-4o-mini", "backup"]);
+}
+
+#[tokio::test]
+async fn empty_first_answer_is_retried_once() {
+    let h = Harness::new().await;
+    h.llm.push(Reply::empty());
+    h.llm.push(Reply::text("here"));
+    let out = turn(&h.agent(), &h.store, msg("t:1", "hi")).await;
+    assert_eq!(out.replies[0].text, "here");
+    let second = messages(&h.llm.requests()[1].body);
+    assert!(second.iter().any(|m| {
+        m["content"]
+            .as_str()
+            .unwrap_or("")
+            .contains("previous answer was empty")
+    }));
+}
+
+#[tokio::test]
+async fn commands_are_answered_without_the_llm() {
+    let h = Harness::new().await;
+    let agent = h
+        .agent()
+        .with_command("reminders", Arc::new(|k| format!("no reminders for {k}")));
+    let out = turn(&agent, &h.store, msg("t:1", "/reminders")).await;
+    assert_eq!(out.replies[0].text, "no reminders for telegram:42");
+    let out = turn(&agent, &h.store, msg("t:2", "/status")).await;
+    assert!(out.replies[0].text.contains("Model: gpt-4o-mini"));
+    assert_eq!(h.llm.request_count(), 0);
+}
+
+#[tokio::test]
+async fn stop_keeps_a_valid_history_with_cancelled_results() {
+    let h = Harness::new().await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let slow = Arc::new(Slow::default());
+    let started = slow.started.clone();
+    let agent = h
+        .agent()
+        .with_tools(vec![slow])
+        .with_shutdown(shutdown.clone());
+    h.llm.push(Reply::tool_calls([
+        ("slow", json!({})),
+        ("list_dir", json!({"path": "."})),
+    ]));
+    let inp = input(msg("t:1", "go"));
+    let cancel = inp.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::timeout(Duration::from_secs(5), started.notified())
+            .await
+            .unwrap();
+        cancel.cancel();
+    });
+    let out = switchboard::bus::TurnHandler::handle(&agent, inp)
+        .await
+        .expect("a /stop finishes the turn");
+    assert!(out.replies.is_empty());
+    h.store.apply(out.writes).unwrap();
+    let s = stored_session(&h.store);
+    let msgs = s["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 4);
+    assert!(
+        msgs[2]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled")
+    );
+    assert!(
+        msgs[3]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled")
+    );
+}

@@ -1,0 +1,327 @@
+//! The provider layer against the fake LLM server over real HTTP: OpenAI and Anthropic,
+//! stream and non-stream, tool calls split across deltas, retries, fallbacks, cool-downs.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard::llm::anthropic::Anthropic;
+use switchboard::llm::openai::OpenAi;
+use switchboard::llm::resilient::Resilient;
+use switchboard::llm::{
+    ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role, ToolCall, ToolSpec,
+};
+use switchboard_fakes::llm::{FakeLlm, Reply};
+
+fn request(model: &str) -> LlmRequest {
+    LlmRequest {
+        model: model.into(),
+        system: "You are Switchboard.".into(),
+        system_dynamic: "Current time: 12:00.".into(),
+        messages: vec![ChatMessage::new(Role::User, "what is in notes.md?")],
+        tools: vec![ToolSpec {
+            name: "read_file".into(),
+            description: "Read a file".into(),
+            parameters: json!({"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}),
+        }],
+        max_tokens: 512,
+    }
+}
+
+fn collecting_sink() -> (DeltaSink, Arc<Mutex<Vec<String>>>) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    (
+        Arc::new(move |t: &str| g.lock().unwrap().push(t.to_string())),
+        got,
+    )
+}
+
+fn script(llm: &FakeLlm) {
+    llm.set_stream_chunk_chars(3);
+    llm.push(
+        Reply::text("Let me look.")
+            .with_tool_call("read_file", json!({"path": "notes.md"}))
+            .with_tool_call("read_file", json!({"path": "todo.md"}))
+            .with_usage(120, 30),
+    );
+}
+
+fn assert_tool_answer(r: &switchboard::llm::LlmResponse) {
+    assert_eq!(r.text, "Let me look.");
+    assert_eq!(r.tool_calls.len(), 2);
+    assert_eq!(r.tool_calls[0].name, "read_file");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&r.tool_calls[0].arguments).unwrap(),
+        json!({"path": "notes.md"})
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&r.tool_calls[1].arguments).unwrap(),
+        json!({"path": "todo.md"})
+    );
+    assert_ne!(r.tool_calls[0].id, r.tool_calls[1].id);
+    assert!(!r.tool_calls[0].id.is_empty());
+    assert_eq!(
+        (r.usage.prompt_tokens, r.usage.completion_tokens),
+        (120, 30)
+    );
+}
+
+#[tokio::test]
+async fn openai_non_stream_and_stream_assemble_tool_calls() {
+    let llm = FakeLlm::start().await;
+    let p = OpenAi::new(
+        &llm.base_url(),
+        Some("sk-test".into()),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    script(&llm);
+    let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    assert_tool_answer(&r);
+    assert_eq!(r.finish_reason, "tool_calls");
+
+    script(&llm);
+    let (sink, got) = collecting_sink();
+    let r = p
+        .complete(&request("gpt-4o-mini"), Some(sink))
+        .await
+        .unwrap();
+    assert_tool_answer(&r);
+    let deltas = got.lock().unwrap().clone();
+    assert!(deltas.len() >= 3, "text arrives in pieces: {deltas:?}");
+    assert_eq!(deltas.concat(), "Let me look.");
+
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(!reqs[0].stream && reqs[1].stream);
+    let body = &reqs[1].body;
+    assert_eq!(reqs[1].headers["authorization"], "Bearer sk-test");
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert_eq!(
+        body["messages"][0]["content"],
+        "You are Switchboard.\n\nCurrent time: 12:00."
+    );
+    assert_eq!(body["tools"][0]["function"]["name"], "read_file");
+    assert_eq!(body["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test]
+async fn openai_sends_tool_results_with_their_call_ids() {
+    let llm = FakeLlm::start().await;
+    let p = OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap();
+    let mut req = request("gpt-4o-mini");
+    let mut call = ChatMessage::new(Role::Assistant, "");
+    call.tool_calls.push(ToolCall {
+        id: "call_1".into(),
+        name: "read_file".into(),
+        arguments: "{\"path\":\"a\"}".into(),
+    });
+    let mut result = ChatMessage::new(Role::Tool, "file body");
+    result.tool_call_id = Some("call_1".into());
+    req.messages.extend([call, result]);
+    llm.push(Reply::text("It says: file body"));
+    let r = p.complete(&req, None).await.unwrap();
+    assert_eq!(r.text, "It says: file body");
+    let body = &llm.requests()[0].body;
+    assert_eq!(body["messages"][2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(body["messages"][2]["content"], serde_json::Value::Null);
+    assert_eq!(
+        body["messages"][3],
+        json!({"role": "tool", "content": "file body", "tool_call_id": "call_1"})
+    );
+}
+
+#[tokio::test]
+async fn anthropic_non_stream_and_stream_assemble_tool_use() {
+    let llm = FakeLlm::start().await;
+    let p = Anthropic::new(&llm.url(), Some("ak-test".into()), Duration::from_secs(10)).unwrap();
+    script(&llm);
+    let r = p
+        .complete(&request("claude-sonnet-4-5"), None)
+        .await
+        .unwrap();
+    assert_tool_answer(&r);
+    assert_eq!(r.finish_reason, "tool_use");
+
+    script(&llm);
+    let (sink, got) = collecting_sink();
+    let r = p
+        .complete(&request("claude-sonnet-4-5"), Some(sink))
+        .await
+        .unwrap();
+    assert_tool_answer(&r);
+    assert_eq!(got.lock().unwrap().concat(), "Let me look.");
+
+    let reqs = llm.requests();
+    assert_eq!(reqs[1].path, "/v1/messages");
+    assert_eq!(reqs[1].headers["x-api-key"], "ak-test");
+    assert_eq!(reqs[1].headers["anthropic-version"], "2023-06-01");
+    let body = &reqs[1].body;
+    // Stable prefix cached, clock in a separate, uncached block.
+    assert_eq!(
+        body["system"],
+        json!([
+            {"type": "text", "text": "You are Switchboard.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Current time: 12:00."}
+        ])
+    );
+    assert_eq!(
+        body["tools"][0]["input_schema"]["required"],
+        json!(["path"])
+    );
+}
+
+#[tokio::test]
+async fn anthropic_sends_tool_use_and_tool_result_blocks() {
+    let llm = FakeLlm::start().await;
+    let p = Anthropic::new(
+        &format!("{}/v1", llm.url()),
+        Some("k".into()),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let mut req = request("claude-sonnet-4-5");
+    let mut call = ChatMessage::new(Role::Assistant, "Checking.");
+    call.tool_calls.push(ToolCall {
+        id: "toolu_1".into(),
+        name: "read_file".into(),
+        arguments: "{\"path\":\"a\"}".into(),
+    });
+    let mut result = ChatMessage::new(Role::Tool, "file body");
+    result.tool_call_id = Some("toolu_1".into());
+    req.messages.extend([
+        call,
+        result,
+        ChatMessage::new(Role::System, "[steering] be brief"),
+    ]);
+    llm.push(Reply::text("done"));
+    p.complete(&req, None).await.unwrap();
+    let body = &llm.requests()[0].body;
+    let msgs = body["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 3, "roles alternate: {msgs:?}");
+    assert_eq!(
+        msgs[1]["content"][1],
+        json!({"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}})
+    );
+    assert_eq!(msgs[2]["role"], "user");
+    assert_eq!(
+        msgs[2]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "file body"})
+    );
+    assert_eq!(msgs[2]["content"][1]["text"], "[steering] be brief");
+}
+
+#[tokio::test]
+async fn errors_are_classified() {
+    let llm = FakeLlm::start().await;
+    let p = OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap();
+    llm.push(Reply::context_overflow());
+    assert!(matches!(
+        p.complete(&request("m"), None).await,
+        Err(LlmError::ContextOverflow)
+    ));
+    llm.push(Reply::rate_limited(7));
+    match p.complete(&request("m"), None).await {
+        Err(LlmError::RateLimited { retry_after }) => {
+            assert_eq!(retry_after, Some(Duration::from_secs(7)))
+        }
+        other => panic!("{other:?}"),
+    }
+    let a = Anthropic::new(&llm.url(), Some("k".into()), Duration::from_secs(10)).unwrap();
+    llm.push(Reply::overloaded());
+    assert!(matches!(
+        a.complete(&request("m"), None).await,
+        Err(LlmError::Unavailable(_))
+    ));
+    llm.push(Reply::context_overflow());
+    assert!(matches!(
+        a.complete(&request("m"), None).await,
+        Err(LlmError::ContextOverflow)
+    ));
+}
+
+type Sleeps = Arc<Mutex<Vec<Duration>>>;
+
+fn recording_sleep() -> (switchboard::llm::resilient::SleepFn, Sleeps) {
+    let sleeps: Sleeps = Arc::default();
+    let s = sleeps.clone();
+    (
+        Arc::new(move |d| {
+            s.lock().unwrap().push(d);
+            Box::pin(async {})
+        }),
+        sleeps,
+    )
+}
+
+#[tokio::test]
+async fn retries_429_honouring_retry_after_then_backs_off_exponentially() {
+    let llm = FakeLlm::start().await;
+    let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap());
+    let (sleep, sleeps) = recording_sleep();
+    let p = Resilient::new(inner, vec![], 3).with_sleep(sleep);
+    llm.push(Reply::rate_limited(7));
+    llm.push(Reply::server_error());
+    llm.push(Reply::overloaded());
+    llm.push(Reply::text("finally"));
+    let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    assert_eq!(r.text, "finally");
+    assert_eq!(llm.request_count(), 4);
+    let s = sleeps.lock().unwrap().clone();
+    assert_eq!(s[0], Duration::from_secs(7), "Retry-After honoured");
+    let (a, b) = (s[1].as_secs_f64(), s[2].as_secs_f64());
+    assert!((3.2..=4.8).contains(&a), "2nd retry ≈ 4 s ±20 %: {a}");
+    assert!((6.4..=9.6).contains(&b), "3rd retry ≈ 8 s ±20 %: {b}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_runs_under_the_paused_clock() {
+    let llm = FakeLlm::start().await;
+    let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(120)).unwrap());
+    let p = Resilient::new(inner, vec![], 2);
+    llm.push(Reply::rate_limited(30));
+    llm.push(Reply::text("ok"));
+    let start = tokio::time::Instant::now();
+    let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    assert_eq!(r.text, "ok");
+    let reqs = llm.requests();
+    assert!(reqs[1].at - reqs[0].at >= Duration::from_secs(30));
+    assert!(start.elapsed() < Duration::from_secs(60));
+}
+
+#[tokio::test]
+async fn falls_back_after_repeated_500s_and_cools_the_failed_model_down() {
+    let llm = FakeLlm::start().await;
+    let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap());
+    let (sleep, _sleeps) = recording_sleep();
+    let p = Resilient::new(inner, vec!["backup-model".into()], 2).with_sleep(sleep);
+    llm.fail_model("gpt-4o-mini", Reply::server_error());
+    llm.set_default(Reply::text("from backup"));
+    let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    assert_eq!(r.text, "from backup");
+    let models: Vec<String> = llm.requests().iter().map(|r| r.model.clone()).collect();
+    assert_eq!(
+        models,
+        ["gpt-4o-mini", "gpt-4o-mini", "gpt-4o-mini", "backup-model"]
+    );
+
+    // The failed model cools down: the next request goes straight to the fallback.
+    llm.clear();
+    let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    assert_eq!(r.text, "from backup");
+    let models: Vec<String> = llm.requests().iter().map(|r| r.model.clone()).collect();
+    assert_eq!(models, ["backup-model"]);
+}
+
+#[tokio::test]
+async fn gives_up_with_the_last_error_when_every_model_fails() {
+    let llm = FakeLlm::start().await;
+    let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap());
+    let (sleep, _) = recording_sleep();
+    let p = Resilient::new(inner, vec!["b".into()], 1).with_sleep(sleep);
+    llm.set_default(Reply::server_error());
+    let err = p.complete(&request("a"), None).await.unwrap_err();
+    assert!(matches!(err, LlmError::Unavailable(_)), "{err:?}");
+    assert_eq!(llm.request_count(), 4, "1 + 1 retry for each of two models");
+}

@@ -1,0 +1,188 @@
+//! Built-in tools through the real `Agent` and the fake LLM: argument validation,
+//! workspace confinement, the `exec` deny list and environment, `web_fetch` SSRF checks.
+
+mod agent_support;
+
+use agent_support::*;
+use serde_json::json;
+use switchboard_fakes::llm::Reply;
+
+#[tokio::test]
+async fn invalid_arguments_are_returned_to_the_model() {
+    let h = Harness::new().await;
+    h.llm.push(Reply::calls([
+        switchboard_fakes::llm::ToolCall::new("exec", json!({})),
+        switchboard_fakes::llm::ToolCall::new("exec", json!({"command": 5})),
+        switchboard_fakes::llm::ToolCall::new("memory", json!({"action": "forget"})),
+        switchboard_fakes::llm::ToolCall::new("exec", json!({"command": "ls", "timeout_secs": 0})),
+        switchboard_fakes::llm::ToolCall::new(
+            "exec",
+            json!({"command": "ls", "timeout_secs": 99999}),
+        ),
+        switchboard_fakes::llm::ToolCall::raw("read_file", "{not json"),
+        switchboard_fakes::llm::ToolCall::new("no_such_tool", json!({})),
+    ]));
+    h.llm.push(Reply::text("sorry"));
+    turn(&h.agent(), &h.store, msg("t:1", "go")).await;
+    let results = tool_results(&h.llm.requests()[1].body);
+    assert_eq!(
+        results[0],
+        "error: invalid arguments: missing required command"
+    );
+    assert_eq!(
+        results[1],
+        "error: invalid arguments: command: expected string, got integer"
+    );
+    assert!(
+        results[2].starts_with(
+            "error: invalid arguments: action: must be one of \"remember\", \"recall\""
+        ),
+        "{}",
+        results[2]
+    );
+    assert_eq!(
+        results[3],
+        "error: invalid arguments: timeout_secs: must be >= 1, got 0"
+    );
+    assert_eq!(
+        results[4],
+        "error: invalid arguments: timeout_secs: must be <= 600, got 99999"
+    );
+    assert!(
+        results[5].starts_with("error: invalid arguments: arguments are not valid JSON"),
+        "{}",
+        results[5]
+    );
+    assert!(
+        results[6].starts_with("error: unknown tool no_such_tool"),
+        "{}",
+        results[6]
+    );
+}
+
+#[tokio::test]
+async fn path_and_symlink_escapes_are_refused() {
+    let h = Harness::new().await;
+    let outside = h.dir.path().join("secret.txt");
+    std::fs::write(&outside, "top secret").unwrap();
+    std::os::unix::fs::symlink(&outside, h.workspace().join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(h.dir.path(), h.workspace().join("updir")).unwrap();
+    h.llm.push(Reply::tool_calls([
+        ("read_file", json!({"path": "../secret.txt"})),
+        ("read_file", json!({"path": outside.to_str().unwrap()})),
+        ("read_file", json!({"path": "link.txt"})),
+        (
+            "write_file",
+            json!({"path": "updir/new.txt", "content": "x"}),
+        ),
+        ("list_dir", json!({"path": "updir"})),
+        (
+            "write_file",
+            json!({"path": "inside/ok.txt", "content": "fine"}),
+        ),
+    ]));
+    h.llm.push(Reply::text("done"));
+    turn(&h.agent(), &h.store, msg("t:1", "go")).await;
+    let results = tool_results(&h.llm.requests()[1].body);
+    for r in &results[..5] {
+        assert!(
+            r.starts_with("error: refused:") && r.contains("outside the workspace"),
+            "{r}"
+        );
+    }
+    assert!(!results.iter().any(|r| r.contains("top secret")));
+    assert!(!h.dir.path().join("new.txt").exists());
+    assert!(results[5].starts_with("wrote 4 bytes"), "{}", results[5]);
+}
+
+#[tokio::test]
+async fn exec_runs_in_the_workspace_without_secrets_and_denies_destructive_commands() {
+    let h = Harness::new().await;
+    // cargo sets CARGO_MANIFEST_DIR for the test process: a stand-in for a gateway secret.
+    let secret = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    std::fs::write(h.workspace().join("a.txt"), "x").unwrap();
+    h.llm.push(Reply::tool_calls([
+        (
+            "exec",
+            json!({"command": "ls; echo token=$CARGO_MANIFEST_DIR"}),
+        ),
+        ("exec", json!({"command": "rm -rf /"})),
+        ("exec", json!({"command": "sh -c 'rm -rf ~'"})),
+        ("exec", json!({"command": "echo \"rm -rf /\""})),
+        ("exec", json!({"command": "sleep 5", "timeout_secs": 1})),
+    ]));
+    h.llm.push(Reply::text("done"));
+    turn(&h.agent(), &h.store, msg("t:1", "go")).await;
+    let r = tool_results(&h.llm.requests()[1].body);
+    assert_eq!(r[0], "exit code: 0\nstdout:\na.txt\ntoken=\n");
+    assert!(!r[0].contains(&secret));
+    assert!(
+        r[1].starts_with("error: refused: command not allowed"),
+        "{}",
+        r[1]
+    );
+    assert!(
+        r[2].starts_with("error: refused: command not allowed"),
+        "{}",
+        r[2]
+    );
+    assert_eq!(r[3], "exit code: 0\nstdout:\nrm -rf /\n");
+    assert_eq!(r[4], "error: command timed out after 1s (killed)");
+}
+
+#[tokio::test]
+async fn web_fetch_refuses_private_targets_even_after_redirects() {
+    use axum::{Router, response::Redirect, routing::get};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new()
+        .route(
+            "/page",
+            get(|| async { axum::response::Html("<h1>Hi</h1><p>there &amp; back</p>") }),
+        )
+        .route(
+            "/to-metadata",
+            get(|| async { Redirect::temporary("http://169.254.169.254/latest/meta-data/") }),
+        )
+        .route(
+            "/to-loopback",
+            get(|| async { Redirect::temporary("http://127.0.0.1:1/") }),
+        )
+        .route(
+            "/to-localhost",
+            get(|| async { Redirect::temporary("http://localhost:9/") }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let h = Harness::new().await;
+    h.llm.push(Reply::tool_calls([
+        ("web_fetch", json!({"url": "http://127.0.0.1:8080/"})),
+        (
+            "web_fetch",
+            json!({"url": "http://169.254.169.254/latest/meta-data/"}),
+        ),
+        (
+            "web_fetch",
+            json!({"url": format!("http://{addr}/to-metadata")}),
+        ),
+        (
+            "web_fetch",
+            json!({"url": format!("http://{addr}/to-loopback")}),
+        ),
+        (
+            "web_fetch",
+            json!({"url": format!("http://{addr}/to-localhost")}),
+        ),
+        ("web_fetch", json!({"url": "http://[::ffff:127.0.0.1]/"})),
+        ("web_fetch", json!({"url": "file:///etc/passwd"})),
+        ("web_fetch", json!({"url": format!("http://{addr}/page")})),
+    ]));
+    h.llm.push(Reply::text("done"));
+    let agent = h.agent().with_fetch_allowed(addr);
+    turn(&agent, &h.store, msg("t:1", "go")).await;
+    let r = tool_results(&h.llm.requests()[1].body);
+    for (i, res) in r[..7].iter().enumerate() {
+        assert!(res.starts_with("error: refused:"), "{i}: {res}");
+    }
+    assert!(r[2].contains("169.254.169.254"));
+    assert_eq!(r[7], "Hi\n\nthere & back");
+}
