@@ -255,11 +255,14 @@ pub async fn start(
 
     let llm = match opts.llm.clone() {
         Some(l) => l,
-        None => build_llm(&config.llm).map_err(|e| GatewayError::Setup(format!("llm: {e}")))?,
+        None => crate::llm::from_config(&config.llm)
+            .map_err(|e| GatewayError::Setup(format!("llm: {e}")))?,
     };
     let status_bus = bus.clone();
     let agent = Agent::new(config.clone(), store.clone(), llm, metrics.clone())
         .with_streams(api.clone())
+        .with_shutdown(shutdown.clone())
+        .with_publisher(Arc::new(BusPublisher { bus: bus.clone() }))
         .with_status(Arc::new(move |key: &ChatKey| {
             format!(
                 "Queue: {} waiting\nActive chats: {}",
@@ -352,7 +355,28 @@ pub async fn run(loaded: &Loaded, shutdown: CancellationToken) -> Result<(), Gat
     Ok(())
 }
 
-fn build_llm(c: &crate::config::LlmConfig) -> Result<Arc<dyn LlmProvider>, crate::llm::LlmError> {
-    let key = crate::config::secret(&c.api_key_env);
-    Ok(Arc::new(crate::llm::openai::OpenAi::new(&c.base_url, key, c.request_timeout.get())?))
+
+/// What the agent's `message` and `spawn` tools publish through.
+struct BusPublisher {
+    bus: Arc<Bus>,
+}
+
+#[async_trait]
+impl crate::agent::Publisher for BusPublisher {
+    async fn publish(&self, msg: InboundMessage) -> Result<(), String> {
+        self.bus.publish(msg).await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    async fn send(&self, msg: OutboundMessage) -> Result<(), String> {
+        self.bus.send_direct(vec![msg]).await.map_err(|e| e.to_string())
+    }
+
+    fn known_key(&self, key: &ChatKey) -> bool {
+        self.bus
+            .store()
+            .get(crate::store::Tree::Sessions, key.to_string().as_bytes())
+            .ok()
+            .flatten()
+            .is_some()
+    }
 }
