@@ -1,20 +1,20 @@
 //! The Slack adapter of switchboard, on slack-morphism.
 //!
-//! Intake comes over Socket Mode ([`socket`], when an app token is set) or the Events API
+//! Intake comes over Socket Mode (`socket`, when an app token is set) or the Events API
 //! ([`SlackChannel::handle_events_request`], mounted by the gateway at `POST /slack/events`,
-//! when a signing secret is set). Both hand the `event_callback` JSON to [`inbound`], which
+//! when a signing secret is set). Both hand the `event_callback` JSON to `inbound`, which
 //! decides what counts and builds the [`switchboard_channel::InboundMessage`]; it is published through the
 //! gateway's [`InboundSender`] *before* Slack is acknowledged. Replies go out through
-//! [`send`] (render to mrkdwn, split, `chat.postMessage` in thread, 429s honoured) over the
-//! Web API client in [`web`]. [`memory`] keeps the few bounded facts intake and replies share.
+//! `send` (render to mrkdwn, split, `chat.postMessage` in thread, 429s honoured) over the
+//! Web API client in `web`. `memory` keeps the few bounded facts intake and replies share.
 //!
-//! - [`config`]: [`SlackConfig`].
-//! - [`web`]: Web API calls and their errors.
-//! - [`inbound`]: event rules and keys.
-//! - [`events_api`]: signed HTTP intake.
-//! - [`socket`]: Socket Mode supervisor (reconnects, watchdog, shutdown).
-//! - [`send`]: replies and the 👀 reaction.
-//! - [`memory`]: bounded shared memories.
+//! - `config`: [`SlackConfig`].
+//! - `web`: Web API calls and their errors.
+//! - `inbound`: event rules and keys.
+//! - `events_api`: signed HTTP intake.
+//! - `socket`: Socket Mode supervisor (reconnects, watchdog, shutdown).
+//! - `send`: replies and the 👀 reaction.
+//! - `memory`: bounded shared memories.
 
 mod config;
 mod events_api;
