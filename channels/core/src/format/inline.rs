@@ -26,7 +26,7 @@ pub(crate) enum Inline {
 }
 
 /// Longest link text or URL looked for; keeps pathological input (thousands of `[`) linear.
-const MAX_LINK_SCAN: usize = 2048;
+const MAX_LINK_SCAN: usize = 1000;
 
 /// Parse inline markdown.
 pub(crate) fn parse(text: &str) -> Vec<Inline> {
@@ -36,6 +36,10 @@ pub(crate) fn parse(text: &str) -> Vec<Inline> {
 
 fn parse_chars(chars: &[char], links: bool) -> Vec<Inline> {
     let mut b = Builder::default();
+    let ends = chars.iter().rposition(|&c| c == ')').and_then(|paren| {
+        let bracket = chars[..paren].iter().rposition(|&c| c == ']')?;
+        Some((bracket, paren))
+    });
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -57,7 +61,7 @@ fn parse_chars(chars: &[char], links: bool) -> Vec<Inline> {
             '[' | '!' if links => {
                 let at = if c == '!' { i + 1 } else { i };
                 match (chars.get(at) == Some(&'['))
-                    .then(|| link_at(chars, at))
+                    .then(|| link_at(chars, at, ends))
                     .flatten()
                 {
                     Some((text, url, end)) => {
@@ -164,10 +168,20 @@ fn flanking(before: Option<char>, after: Option<char>) -> (bool, bool) {
 }
 
 /// `[text](url "title")` at `i` → (text, url, index after `)`).
-fn link_at(chars: &[char], i: usize) -> Option<(&[char], String, usize)> {
+/// `ends` is where the last `]` before the last `)` is, and that `)`: a link needs both
+/// further on, so `[[[[…` fails fast.
+fn link_at(
+    chars: &[char],
+    i: usize,
+    ends: Option<(usize, usize)>,
+) -> Option<(&[char], String, usize)> {
+    let (last_bracket, last_paren) = ends?;
+    if last_bracket < i {
+        return None;
+    }
     let mut depth = 0usize;
     let mut j = i;
-    let limit = chars.len().min(i + MAX_LINK_SCAN);
+    let limit = (last_bracket + 1).min(i + MAX_LINK_SCAN);
     let close = loop {
         if j >= limit {
             return None;
@@ -205,7 +219,7 @@ fn link_at(chars: &[char], i: usize) -> Option<(&[char], String, usize)> {
             if c == '>' {
                 break;
             }
-            if c == '\n' || k > limit + MAX_LINK_SCAN {
+            if c == '\n' || k > close + MAX_LINK_SCAN || k > last_paren {
                 return None;
             }
             url.push(c);
@@ -213,7 +227,7 @@ fn link_at(chars: &[char], i: usize) -> Option<(&[char], String, usize)> {
     } else {
         let mut parens = 0usize;
         while let Some(&c) = chars.get(k) {
-            if c.is_whitespace() || (c == ')' && parens == 0) || k > limit + MAX_LINK_SCAN {
+            if c.is_whitespace() || (c == ')' && parens == 0) || k > close + MAX_LINK_SCAN {
                 break;
             }
             if c == '(' {

@@ -161,3 +161,16 @@ fn plain_text() {
         ],
     );
 }
+
+#[test]
+fn pathological_markers_stay_literal() {
+    for text in [
+        "[".repeat(40_000),
+        "[a](".repeat(5_000),
+        "*a _b ".repeat(5_000),
+    ] {
+        assert_eq!(render(&text, Dialect::Plain), text);
+        let html = render(&text, Dialect::TelegramHtml);
+        assert!(!html.contains("<b>") && !html.contains("<a "));
+    }
+}
