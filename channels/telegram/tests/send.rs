@@ -27,6 +27,15 @@ async fn dm_reply_goes_out_as_html() {
     assert_eq!(sent[0].chat_id, 5001);
     assert_eq!(sent[0].parse_mode.as_deref(), Some("HTML"));
     assert_eq!(sent[0].text, render(md, Dialect::TelegramHtml));
+    let html = &sent[0].text;
+    assert!(
+        html.starts_with("<b>Done</b> &amp; dusted: <code>x &lt; y</code>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<a href=\"https://example.com/?a=1&amp;b=&quot;2&quot;\">docs</a>"),
+        "{html}"
+    );
     assert_eq!(sent[0].reply_to, None, "no reply threading in DMs");
     assert_eq!(receipt.message_ids, [sent[0].message_id.to_string()]);
 }
@@ -137,6 +146,9 @@ async fn rejected_html_is_resent_as_plain_text() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].parse_mode, None);
     assert_eq!(sent[0].text, render(md, Dialect::Plain));
+    assert!(sent[0].text.starts_with("bold and odd"), "{}", sent[0].text);
+    let first = &h.fake.requests("sendMessage")[0];
+    assert_eq!(first["parse_mode"], "HTML", "HTML was tried first");
     assert_eq!(h.fake.requests("sendMessage").len(), 2);
 }
 
