@@ -189,7 +189,9 @@ impl Sender<'_> {
                     return Err(failure.into_send_error());
                 }
                 Failure::RetryAfter(d) => *d,
-                Failure::Transient(_) | Failure::Conflict(_) => backoff.next_delay(),
+                Failure::Transient(_) | Failure::Conflict(_) | Failure::WebhookActive => {
+                    backoff.next_delay()
+                }
                 Failure::Unauthorized | Failure::Permanent(_) => {
                     return Err(failure.into_send_error());
                 }

@@ -195,3 +195,23 @@ async fn typing_goes_to_the_topic() {
     assert_eq!(r[0]["action"], "typing");
     assert_eq!(r[0]["message_thread_id"], 42);
 }
+
+#[tokio::test]
+async fn network_errors_are_transient_and_never_carry_the_token() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", dead.local_addr().expect("addr"));
+    drop(dead);
+    let inbox = tempfile::tempdir().expect("tempdir");
+    let mut cfg = switchboard_telegram::TelegramConfig::new("4242:SECRET-token", url, inbox.path());
+    cfg.retry_initial = Duration::from_millis(5);
+    cfg.retry_max = Duration::from_millis(20);
+    let channel = switchboard_telegram::TelegramChannel::new(cfg).expect("channel");
+    let err = channel
+        .send(&OutboundMessage::new(key("telegram:5001"), "hello"))
+        .await
+        .unwrap_err();
+    match err {
+        SendError::Transient(text) => assert!(!text.contains("SECRET-token"), "{text}"),
+        other => panic!("expected Transient, got {other:?}"),
+    }
+}
