@@ -36,10 +36,13 @@ pub(crate) fn to_send_error(e: RestError) -> SendError {
     }
 }
 
+/// Posted chunk ids by reply fingerprint, and the fingerprints oldest first.
+type Remembered = (HashMap<u64, Vec<String>>, VecDeque<u64>);
+
 /// Ids of chunks already posted for replies that failed part-way, by reply fingerprint.
 #[derive(Default)]
 pub(crate) struct DeliveredChunks {
-    inner: Mutex<(HashMap<u64, Vec<String>>, VecDeque<u64>)>,
+    inner: Mutex<Remembered>,
 }
 
 impl DeliveredChunks {

@@ -7,6 +7,8 @@
 //! Slack's retries (`x-slack-retry-num`) carry the same `event_id`, so the message id
 //! `slack:event:<event_id>` lets the gateway drop the duplicate.
 
+use std::sync::Arc;
+
 use http::HeaderMap;
 use serde_json::{Value, json};
 use slack_morphism::SlackSigningSecret;
@@ -44,7 +46,7 @@ impl SlackChannel {
     }
 }
 
-async fn handle(sh: &Shared, headers: &HeaderMap, body: &[u8]) -> (u16, String, &'static str) {
+async fn handle(sh: &Arc<Shared>, headers: &HeaderMap, body: &[u8]) -> (u16, String, &'static str) {
     let Some(secret) = sh.cfg.signing_secret.as_deref() else {
         return text(404, "slack events api is not enabled");
     };

@@ -1,20 +1,20 @@
 //! The Slack adapter of switchboard, on slack-morphism.
 //!
-//! Intake comes over Socket Mode ([`socket`], when an app token is set) or the Events API
+//! Intake comes over Socket Mode (`socket`, when an app token is set) or the Events API
 //! ([`SlackChannel::handle_events_request`], mounted by the gateway at `POST /slack/events`,
-//! when a signing secret is set). Both hand the `event_callback` JSON to [`inbound`], which
+//! when a signing secret is set). Both hand the `event_callback` JSON to `inbound`, which
 //! decides what counts and builds the [`switchboard_channel::InboundMessage`]; it is published through the
 //! gateway's [`InboundSender`] *before* Slack is acknowledged. Replies go out through
-//! [`send`] (render to mrkdwn, split, `chat.postMessage` in thread, 429s honoured) over the
-//! Web API client in [`web`]. [`memory`] keeps the few bounded facts intake and replies share.
+//! `send` (render to mrkdwn, split, `chat.postMessage` in thread, 429s honoured) over the
+//! Web API client in `web`. `memory` keeps the few bounded facts intake and replies share.
 //!
-//! - [`config`]: [`SlackConfig`].
-//! - [`web`]: Web API calls and their errors.
-//! - [`inbound`]: event rules and keys.
-//! - [`events_api`]: signed HTTP intake.
-//! - [`socket`]: Socket Mode supervisor (reconnects, watchdog, shutdown).
-//! - [`send`]: replies and the 👀 reaction.
-//! - [`memory`]: bounded shared memories.
+//! - `config`: [`SlackConfig`].
+//! - `web`: Web API calls and their errors.
+//! - `inbound`: event rules and keys.
+//! - `events_api`: signed HTTP intake.
+//! - `socket`: Socket Mode supervisor (reconnects, watchdog, shutdown).
+//! - `send`: replies and the 👀 reaction.
+//! - `memory`: bounded shared memories.
 
 mod config;
 mod events_api;
@@ -107,7 +107,7 @@ impl Shared {
 
     /// Decide about one `event_callback` and publish it when it counts. `Ok` means Slack
     /// may be acknowledged (published, duplicate, or ignored on purpose).
-    pub async fn intake(&self, callback: &Value) -> Result<(), IntakeError> {
+    pub async fn intake(self: &Arc<Self>, callback: &Value) -> Result<(), IntakeError> {
         let (Some(inbound), Some(me)) = (self.inbound(), self.identity()) else {
             return Err(IntakeError::NotRunning);
         };
@@ -117,13 +117,14 @@ impl Shared {
                 mem.threads.contains(&(c.to_string(), t.to_string()))
             })
         };
-        let c = match decision {
+        let mut c = match decision {
             Intake::Ignore(why) => {
                 debug!(reason = why, "slack event ignored");
                 return Ok(());
             }
             Intake::Publish(c) => c,
         };
+        self.name_sender(&mut c.msg.sender);
         let key = c.msg.key.to_string();
         let published = inbound.publish(c.msg).await?;
         debug!(%key, ?published, "slack message published");
@@ -133,6 +134,43 @@ impl Shared {
             mem.threads.insert(t, ());
         }
         Ok(())
+    }
+}
+
+impl Shared {
+    /// Fill the sender's names from the `users.info` cache. A user not cached yet is looked
+    /// up in the background (intake never waits for it): that first message shows the id.
+    fn name_sender(self: &Arc<Self>, sender: &mut switchboard_channel::Sender) {
+        let cached = {
+            let mut mem = self.memory();
+            match mem.users.get(&sender.id) {
+                Some(names) => Some(names.clone()),
+                None if mem.users_pending.contains(&sender.id) => None,
+                None => {
+                    mem.users_pending.insert(sender.id.clone(), ());
+                    let (sh, id) = (self.clone(), sender.id.clone());
+                    tokio::spawn(async move {
+                        let names = sh.web.user_names(&id).await;
+                        let mut mem = sh.memory();
+                        mem.users_pending.remove(&id);
+                        match names {
+                            Ok(n) => mem.users.insert(id, n),
+                            // Slack answered (user_not_found, missing_scope…): don't ask again.
+                            Err(web::WebError::Api(code)) => {
+                                debug!(%code, "slack users.info refused; showing the user id");
+                                mem.users.insert(id, None);
+                            }
+                            Err(e) => debug!(error = %e, "slack users.info failed"),
+                        }
+                    });
+                    None
+                }
+            }
+        };
+        if let Some(Some(n)) = cached {
+            sender.username = n.username;
+            sender.display_name = n.display_name;
+        }
     }
 }
 

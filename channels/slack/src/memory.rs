@@ -3,7 +3,8 @@
 //! - the threads the bot takes part in (so replies there count as addressed to it);
 //! - the last published message per chat key (the one `typing` puts 👀 on);
 //! - the messages already given 👀 (at most one reaction per message);
-//! - how many chunks of a partly delivered reply went out (so a retry never resends them).
+//! - how many chunks of a partly delivered reply went out (so a retry never resends them);
+//! - users' names from `users.info`.
 //!
 //! Everything is capped; the oldest entries go first. Lost on restart, which only costs a
 //! mention in an old thread or a 👀.
@@ -77,6 +78,10 @@ pub(crate) struct Memory {
     pub reacted: Bounded<String, ()>,
     /// Reply fingerprint → chunks already delivered.
     pub delivered_chunks: Bounded<u64, usize>,
+    /// User id → names from `users.info` (`None`: looked up, unknown).
+    pub users: Bounded<String, Option<crate::web::UserNames>>,
+    /// User ids being looked up right now.
+    pub users_pending: Bounded<String, ()>,
 }
 
 #[cfg(test)]

@@ -125,6 +125,31 @@ struct AuthTest {
 }
 
 #[derive(Deserialize)]
+struct UsersInfo {
+    user: UserInfo,
+}
+
+#[derive(Deserialize)]
+struct UserInfo {
+    name: Option<String>,
+    real_name: Option<String>,
+    profile: Option<UserProfile>,
+}
+
+#[derive(Deserialize)]
+struct UserProfile {
+    display_name: Option<String>,
+    real_name: Option<String>,
+}
+
+/// A user's names: the handle (`name`) and the name to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UserNames {
+    pub username: Option<String>,
+    pub display_name: String,
+}
+
+#[derive(Deserialize)]
 struct ConnectionsOpen {
     #[allow(dead_code)]
     url: String,
@@ -192,6 +217,33 @@ impl WebApi {
             .call(&token, "apps.connections.open", &Empty {})
             .await?;
         Ok(())
+    }
+
+    /// `users.info`: the user's handle and display name (profile display name, else real
+    /// name, else handle).
+    pub async fn user_names(&self, user: &str) -> Result<Option<UserNames>, WebError> {
+        let params = vec![("user", Some(user))];
+        let r: UsersInfo = self
+            .client
+            .open_session(&self.bot_token)
+            .http_session_api
+            .http_get("users.info", &params, None)
+            .await
+            .map_err(WebError::from_client)?;
+        let u = r.user;
+        let nonempty = |s: Option<String>| s.filter(|x| !x.trim().is_empty());
+        let profile = u.profile.unwrap_or(UserProfile {
+            display_name: None,
+            real_name: None,
+        });
+        let display = nonempty(profile.display_name)
+            .or_else(|| nonempty(profile.real_name))
+            .or_else(|| nonempty(u.real_name))
+            .or_else(|| nonempty(u.name.clone()));
+        Ok(display.map(|d| UserNames {
+            username: nonempty(u.name),
+            display_name: d,
+        }))
     }
 
     /// `chat.postMessage` with `mrkdwn: true`; returns the new message's ts.

@@ -197,7 +197,7 @@ async fn subtypes_bots_own_messages_and_doubled_mentions_are_acked_not_published
 async fn watchdog_reconnects_a_silent_socket() {
     let fake = FakeSlack::start().await;
     let mut cfg = socket_config(&fake);
-    cfg.socket_idle_timeout = Duration::from_millis(500);
+    cfg.socket_idle_timeout = Duration::from_secs(1);
     let run = start(cfg);
     fake.wait_for_connections(1).await;
     fake.freeze_sockets();
@@ -267,4 +267,35 @@ async fn refused_tokens_end_the_channel() {
         .unwrap();
     assert!(matches!(r, Err(ChannelError::Unauthorized(_))), "{r:?}");
     assert_eq!(fake.connections(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sender_names_come_from_a_users_info_cache() {
+    let fake = FakeSlack::start().await;
+    fake.add_user("U5", "ada");
+    let run = start(socket_config(&fake));
+    // The first message from a user shows the id while users.info runs in the background;
+    // later ones carry the name. Bounded: each round trip gives the lookup time to land.
+    let mut named = None;
+    for i in 0..50 {
+        let p = fake
+            .push_event(events::dm("D5", "U5", "hi", &format!("6.{i}")))
+            .await;
+        fake.wait_for_ack(&p.envelope_id).await;
+        let last = run.sink.wait_for_published(i + 1).await.pop().unwrap();
+        if last.sender.display_name != "U5" {
+            named = Some(last);
+            break;
+        }
+    }
+    let m = named.expect("a later message carries the user's name");
+    assert_eq!(m.sender.id, "U5");
+    assert_eq!(m.sender.display_name, "ada");
+    assert_eq!(m.sender.username.as_deref(), Some("ada"));
+    assert_eq!(
+        fake.call_count("users.info"),
+        1,
+        "looked up once, then cached"
+    );
+    run.stop().await.expect("clean stop");
 }

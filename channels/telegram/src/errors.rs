@@ -25,6 +25,8 @@ pub(crate) enum Failure {
     Unauthorized,
     /// Another process polls with this token (409 Conflict).
     Conflict(String),
+    /// A webhook is set, so `getUpdates` is refused until it is deleted.
+    WebhookActive,
     /// Refused for good (bad request, bot blocked, chat gone).
     Permanent(String),
 }
@@ -42,9 +44,12 @@ pub(crate) fn classify(err: &RequestError, token: &str) -> Failure {
         }
         RequestError::Api(ApiError::InvalidToken) => Failure::Unauthorized,
         RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => Failure::Conflict(text),
+        RequestError::Api(ApiError::CantGetUpdates) => Failure::WebhookActive,
         RequestError::Api(ApiError::Unknown(desc)) => {
             let d = desc.as_str();
-            if d.starts_with("Conflict") {
+            if d.contains("webhook is active") {
+                Failure::WebhookActive
+            } else if d.starts_with("Conflict") {
                 Failure::Conflict(scrub(d, token))
             } else if ["Bad Request", "Forbidden", "Unauthorized", "Not Found"]
                 .iter()
@@ -67,6 +72,7 @@ impl Failure {
         match self {
             Failure::RetryAfter(d) => SendError::RetryAfter(d),
             Failure::Transient(t) | Failure::Conflict(t) => SendError::Transient(t),
+            Failure::WebhookActive => SendError::Transient("a webhook is set".into()),
             Failure::Unauthorized => SendError::Permanent("the bot token was refused".into()),
             Failure::Permanent(t) => SendError::Permanent(t),
         }

@@ -164,6 +164,9 @@ impl Intake<'_> {
                             break;
                         }
                         offset = id + 1;
+                        if self.shutdown.is_cancelled() {
+                            break;
+                        }
                     }
                     if failed && !self.pause(backoff.next_delay()).await {
                         break;
@@ -187,6 +190,16 @@ impl Intake<'_> {
                          stop the other instance — retrying");
                     self.down("409 Conflict: another process is polling with this token");
                     d
+                }
+                Failure::WebhookActive => {
+                    tracing::warn!(
+                        "telegram: a webhook is set for this bot, so polling is refused; deleting it"
+                    );
+                    self.down("a webhook is set for this bot");
+                    if let Err(e) = self.bot.delete_webhook().await {
+                        tracing::warn!(error = ?classify(&e, token), "telegram: deleteWebhook failed");
+                    }
+                    backoff.next_delay()
                 }
                 Failure::Transient(t) | Failure::Permanent(t) => {
                     let d = backoff.next_delay();

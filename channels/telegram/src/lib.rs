@@ -79,7 +79,7 @@ impl TelegramChannel {
             bot: &self.bot,
             token: &self.cfg.token,
             pacer: &self.pacer,
-            max_chars: self.cfg.max_message_len,
+            caps: self.capabilities(),
             attempts: self.cfg.send_attempts.max(1),
             retry_initial: self.cfg.retry_initial,
             retry_max: self.cfg.retry_max,

@@ -251,7 +251,9 @@ mod tests {
     }
 
     fn update(v: Value) -> Update {
-        serde_json::from_value(v).expect("valid update")
+        let u: Update = serde_json::from_str(&v.to_string()).expect("valid update");
+        assert!(!matches!(u.kind, UpdateKind::Error(_)), "{:?}", u.kind);
+        u
     }
 
     #[test]

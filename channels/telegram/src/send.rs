@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use switchboard_channel::format::{chunk_markdown, render};
-use switchboard_channel::{ChatKey, Dialect, OutboundMessage, SendError, SendReceipt};
+use switchboard_channel::format::{chunk_markdown, render, render_chunks};
+use switchboard_channel::{
+    Capabilities, ChatKey, Dialect, OutboundMessage, SendError, SendReceipt,
+};
 use teloxide::Bot;
 use teloxide::payloads::{SendChatActionSetters, SendMessageSetters};
 use teloxide::prelude::Requester;
@@ -44,50 +46,59 @@ impl Target {
     }
 }
 
-/// One piece of a reply: the markdown it came from and its HTML.
+/// One message of a reply: its HTML, and the plain text sent if Telegram refuses the HTML.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Chunk {
-    pub markdown: String,
     pub html: String,
+    pub plain: String,
 }
 
-/// Split and render a reply. `chunk_markdown` does the real work; an oversized piece
-/// (which it should never return) is cut again at a line or word boundary, because
-/// Telegram would refuse it whole.
-pub(crate) fn chunks(text: &str, max_chars: usize) -> Vec<Chunk> {
-    chunk_markdown(text, max_chars)
+/// Split and render a reply with the shared formatter. Each markdown piece normally renders
+/// to one message, whose fallback is that piece rendered plain; in the rare case where the
+/// HTML of a piece had to be split again, the fallback is the visible text of each part.
+pub(crate) fn chunks(text: &str, caps: Capabilities) -> Vec<Chunk> {
+    chunk_markdown(text, caps.max_message_len.max(1))
         .into_iter()
-        .flat_map(|c| hard_split(&c, max_chars))
-        .filter(|c| !c.trim().is_empty())
-        .map(|markdown| Chunk {
-            html: render(&markdown, Dialect::TelegramHtml),
-            markdown,
+        .flat_map(|md| {
+            let parts = render_chunks(&md, caps);
+            if parts.len() == 1 {
+                let plain = render(&md, Dialect::Plain);
+                parts
+                    .into_iter()
+                    .map(|html| Chunk {
+                        html,
+                        plain: plain.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            } else {
+                parts
+                    .into_iter()
+                    .map(|html| Chunk {
+                        plain: html_to_text(&html),
+                        html,
+                    })
+                    .collect()
+            }
         })
         .collect()
 }
 
-fn hard_split(text: &str, max_chars: usize) -> Vec<String> {
-    let max_chars = max_chars.max(1);
-    let mut out = Vec::new();
-    let mut rest = text;
-    while rest.chars().count() > max_chars {
-        let limit = rest
-            .char_indices()
-            .nth(max_chars)
-            .map_or(rest.len(), |(b, _)| b);
-        let head = &rest[..limit];
-        let cut = head
-            .rfind('\n')
-            .or_else(|| head.rfind(' '))
-            .filter(|&i| i > 0)
-            .unwrap_or(limit);
-        out.push(rest[..cut].to_string());
-        rest = rest[cut..].trim_start_matches(['\n', ' ']);
+/// The visible text of Telegram HTML: tags dropped, the four escapes undone.
+fn html_to_text(html: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => in_tag = false,
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
     }
-    if !rest.is_empty() {
-        out.push(rest.to_string());
-    }
-    out
+    out.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&")
 }
 
 /// What `send` needs from the adapter.
@@ -95,7 +106,7 @@ pub(crate) struct Sender<'a> {
     pub bot: &'a Bot,
     pub token: &'a str,
     pub pacer: &'a Pacer,
-    pub max_chars: usize,
+    pub caps: Capabilities,
     pub attempts: u32,
     pub retry_initial: Duration,
     pub retry_max: Duration,
@@ -112,7 +123,7 @@ impl Sender<'_> {
             .and_then(|r| r.trim().parse::<i32>().ok())
             .filter(|_| target.is_group());
         let mut receipt = SendReceipt::default();
-        for (i, chunk) in chunks(&msg.text, self.max_chars).iter().enumerate() {
+        for (i, chunk) in chunks(&msg.text, self.caps).iter().enumerate() {
             let reply = if i == 0 { reply_to } else { None };
             match self.send_chunk(target, chunk, reply, i == 0).await {
                 Ok(id) => receipt.message_ids.push(id.to_string()),
@@ -136,15 +147,19 @@ impl Sender<'_> {
         reply_to: Option<i32>,
         first: bool,
     ) -> Result<i32, SendError> {
-        let mut plain: Option<String> = None;
+        let mut plain = false;
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
         let mut attempt = 0;
         loop {
             attempt += 1;
             self.pacer.acquire(target.chat).await;
-            let text = plain.clone().unwrap_or_else(|| chunk.html.clone());
+            let text = if plain {
+                chunk.plain.clone()
+            } else {
+                chunk.html.clone()
+            };
             let mut req = self.bot.send_message(ChatId(target.chat), text);
-            if plain.is_none() {
+            if !plain {
                 req = req.parse_mode(ParseMode::Html);
             }
             if let Some(t) = target.thread {
@@ -159,12 +174,12 @@ impl Sender<'_> {
                 Ok(sent) => return Ok(sent.id.0),
                 Err(e) => e,
             };
-            if plain.is_none() && matches!(err, RequestError::Api(ApiError::CantParseEntities(_))) {
+            if !plain && matches!(err, RequestError::Api(ApiError::CantParseEntities(_))) {
                 tracing::warn!(
                     chat = target.chat,
                     "telegram refused the HTML; resending as plain text"
                 );
-                plain = Some(render(&chunk.markdown, Dialect::Plain));
+                plain = true;
                 attempt -= 1;
                 continue;
             }
@@ -174,7 +189,9 @@ impl Sender<'_> {
                     return Err(failure.into_send_error());
                 }
                 Failure::RetryAfter(d) => *d,
-                Failure::Transient(_) | Failure::Conflict(_) => backoff.next_delay(),
+                Failure::Transient(_) | Failure::Conflict(_) | Failure::WebhookActive => {
+                    backoff.next_delay()
+                }
                 Failure::Unauthorized | Failure::Permanent(_) => {
                     return Err(failure.into_send_error());
                 }
@@ -230,10 +247,10 @@ mod tests {
     }
 
     #[test]
-    fn hard_split_respects_the_limit_and_keeps_all_words() {
-        let text = "word ".repeat(2000);
-        let parts = hard_split(text.trim_end(), 4096);
-        assert!(parts.iter().all(|p| p.chars().count() <= 4096));
-        assert_eq!(parts.join(" ").split(' ').count(), 2000);
+    fn html_to_text_drops_tags_and_unescapes() {
+        assert_eq!(
+            html_to_text("<b>a &amp; b</b> &lt;x&gt; <a href=\"u\">l</a>"),
+            "a & b <x> l"
+        );
     }
 }

@@ -257,6 +257,8 @@ pub(crate) struct State {
     pub(crate) live: Option<(usize, mpsc::UnboundedSender<ConnCmd>)>,
     /// Connection number that stopped answering heartbeats and sending (socket stays open).
     pub(crate) frozen: Option<usize>,
+    /// New connections stay silent (see [`FakeDiscord::mute_new_connections`]).
+    pub(crate) mute_new: bool,
 }
 
 impl State {
@@ -479,6 +481,18 @@ impl FakeDiscord {
     /// Close the live websocket's TCP socket without a close frame (EOF).
     pub fn half_close_connection(&self) {
         self.send_live(ConnCmd::HalfClose);
+    }
+
+    /// While set, new gateway connections are accepted but stay silent: no HELLO, and every
+    /// frame the client sends is ignored (a gateway that hangs after the TCP handshake).
+    pub fn mute_new_connections(&self, mute: bool) {
+        self.shared.lock().mute_new = mute;
+        self.shared.bump();
+    }
+
+    /// Gateway connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.shared.lock().connections
     }
 
     /// The live connection stops answering heartbeats and gets no dispatches while its

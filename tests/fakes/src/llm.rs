@@ -15,9 +15,19 @@
 //! 4. the default responder: `echo: <last user text>`, or what
 //!    [`FakeLlm::set_default`] / [`FakeLlm::set_responder`] set.
 //!
+//! Faults: provider-shaped errors ([`Reply::rate_limited`] with `Retry-After`,
+//! [`Reply::server_error`], [`Reply::overloaded`] 529, [`Reply::context_overflow`],
+//! [`Reply::error`] verbatim), latency ([`Reply::with_delay`], [`FakeLlm::set_delay`],
+//! [`Reply::with_chunk_delay`] between SSE events), broken streams
+//! ([`Reply::with_stream_error_after`], [`Reply::with_disconnect_after`]), a required API
+//! key ([`FakeLlm::require_api_key`]). Scripts are consumed only by requests the real API
+//! would accept (a request without `model`, or Anthropic without `max_tokens`, gets a 400
+//! and leaves the queues alone).
+//!
 //! Every request is recorded (unless [`FakeLlm::set_recording`] turned it off) and counted;
-//! [`FakeLlm::wait_for_requests`] waits for a count with a bound. Delays use
-//! `tokio::time::sleep`, so tests under a paused clock stay instant.
+//! [`FakeLlm::wait_for_requests`] waits for a count with a bound. [`RecordedRequest`] has
+//! helpers for the last user text, the system prompt and the offered tool names. Delays
+//! use `tokio::time::sleep`, so tests under a paused clock stay instant.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -80,6 +90,54 @@ impl RecordedRequest {
     pub fn last_user_text(&self) -> String {
         last_user_text(self)
     }
+
+    /// The system prompt: Anthropic's top-level `system` and OpenAI's `system` /
+    /// `developer` messages, text joined with `"\n\n"`.
+    pub fn system_text(&self) -> String {
+        let mut parts: Vec<&str> = Vec::new();
+        match self.body.get("system") {
+            Some(Value::String(text)) => parts.push(text),
+            Some(Value::Array(blocks)) => parts.extend(blocks.iter().filter_map(block_text)),
+            _ => {}
+        }
+        let messages = self.body.get("messages").and_then(Value::as_array);
+        for message in messages.into_iter().flatten() {
+            let role = message.get("role").and_then(Value::as_str);
+            if matches!(role, Some("system" | "developer")) {
+                match message.get("content") {
+                    Some(Value::String(text)) => parts.push(text),
+                    Some(Value::Array(blocks)) => {
+                        parts.extend(blocks.iter().filter_map(block_text));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        parts.join("\n\n")
+    }
+
+    /// Names of the tools offered to the model (OpenAI `tools[].function.name`,
+    /// Anthropic `tools[].name`).
+    pub fn tool_names(&self) -> Vec<String> {
+        let tools = self.body.get("tools").and_then(Value::as_array);
+        tools
+            .into_iter()
+            .flatten()
+            .filter_map(|tool| {
+                tool.pointer("/function/name")
+                    .or_else(|| tool.get("name"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
+}
+
+/// The text of a `{"type":"text","text":…}` content block.
+fn block_text(block: &Value) -> Option<&str> {
+    (block.get("type").and_then(Value::as_str) == Some("text"))
+        .then(|| block.get("text").and_then(Value::as_str))
+        .flatten()
 }
 
 /// Text of the request's last user message: string content, or the text parts of an
@@ -100,11 +158,7 @@ pub fn body_last_user_text(body: &Value) -> Option<String> {
         .find_map(|m| match m.get("content")? {
             Value::String(text) => Some(text.clone()),
             Value::Array(parts) => {
-                let texts: Vec<&str> = parts
-                    .iter()
-                    .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
-                    .filter_map(|p| p.get("text").and_then(Value::as_str))
-                    .collect();
+                let texts: Vec<&str> = parts.iter().filter_map(block_text).collect();
                 let only_tool_results = !parts.is_empty()
                     && parts
                         .iter()
@@ -133,6 +187,7 @@ struct State {
     requests: Vec<RecordedRequest>,
     models: Vec<String>,
     chunk_chars: usize,
+    api_key: Option<String>,
 }
 
 /// State shared by the handle(s) and the server task.
@@ -199,6 +254,7 @@ impl FakeLlm {
                 requests: Vec::new(),
                 models: vec!["gpt-4o-mini".into(), "claude-sonnet-4-5".into()],
                 chunk_chars: 8,
+                api_key: None,
             }),
             count: watch::Sender::new(0),
             recording: AtomicBool::new(true),
@@ -276,6 +332,12 @@ impl FakeLlm {
     /// Size of streamed text and argument fragments, in characters (default 8).
     pub fn set_stream_chunk_chars(&self, chars: usize) {
         self.shared.lock().chunk_chars = chars.max(1);
+    }
+
+    /// Requires this API key (`Authorization: Bearer …` / `x-api-key`); a wrong or missing
+    /// key gets the provider's 401. `None` (the default) accepts any key.
+    pub fn require_api_key(&self, key: Option<&str>) {
+        self.shared.lock().api_key = key.map(str::to_owned);
     }
 
     /// Model ids listed by `GET /v1/models`.

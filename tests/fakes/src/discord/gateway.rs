@@ -32,13 +32,18 @@ async fn connection(tcp: TcpStream, shared: Arc<Shared>) {
     let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
         return;
     };
-    let (conn, hello) = {
+    let (conn, hello, muted) = {
         let mut st = shared.lock();
         st.connections += 1;
         let hello = json!({"op": 10, "d": {"heartbeat_interval": st.heartbeat_interval_ms}});
-        (st.connections, hello.to_string())
+        (st.connections, hello.to_string(), st.mute_new)
     };
     shared.bump();
+    if muted {
+        // Hang: read and ignore everything until the client goes away.
+        while let Some(Ok(_)) = ws.next().await {}
+        return;
+    }
     if ws.send(Message::Text(hello)).await.is_err() {
         return;
     }

@@ -33,12 +33,12 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({"message": message, "code": 0}))).into_response()
 }
 
-/// `Authorization: Bot <token>` must carry the fake's token.
-fn check_auth(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+/// `Authorization: Bot <token>` must carry the fake's token; `Some` is the 401 to answer.
+fn check_auth(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
     let expected = format!("Bot {}", shared.lock().token);
     match headers.get("authorization").and_then(|v| v.to_str().ok()) {
-        Some(v) if v == expected => Ok(()),
-        _ => Err(error(StatusCode::UNAUTHORIZED, "401: Unauthorized")),
+        Some(v) if v == expected => None,
+        _ => Some(error(StatusCode::UNAUTHORIZED, "401: Unauthorized")),
     }
 }
 
@@ -52,7 +52,7 @@ async fn gateway(AxState(shared): S) -> Response {
 }
 
 async fn gateway_bot(AxState(shared): S, headers: HeaderMap) -> Response {
-    if let Err(r) = check_auth(&shared, &headers) {
+    if let Some(r) = check_auth(&shared, &headers) {
         return r;
     }
     let url = shared.lock().gateway_url.clone();
@@ -65,7 +65,7 @@ async fn gateway_bot(AxState(shared): S, headers: HeaderMap) -> Response {
 }
 
 async fn me(AxState(shared): S, headers: HeaderMap) -> Response {
-    if let Err(r) = check_auth(&shared, &headers) {
+    if let Some(r) = check_auth(&shared, &headers) {
         return r;
     }
     let mut user = Author::this_bot().to_json();
@@ -76,7 +76,7 @@ async fn me(AxState(shared): S, headers: HeaderMap) -> Response {
 }
 
 async fn channel(AxState(shared): S, headers: HeaderMap, Path(id): Path<u64>) -> Response {
-    if let Err(r) = check_auth(&shared, &headers) {
+    if let Some(r) = check_auth(&shared, &headers) {
         return r;
     }
     Json(json!({
@@ -134,7 +134,7 @@ async fn create_message(
     Path(channel_id): Path<u64>,
     body: Option<Json<Value>>,
 ) -> Response {
-    if let Err(r) = check_auth(&shared, &headers) {
+    if let Some(r) = check_auth(&shared, &headers) {
         return r;
     }
     let Some(Json(body)) = body else {
@@ -174,7 +174,7 @@ async fn edit_message(
     Path((channel_id, message_id)): Path<(u64, u64)>,
     body: Option<Json<Value>>,
 ) -> Response {
-    if let Err(r) = check_auth(&shared, &headers) {
+    if let Some(r) = check_auth(&shared, &headers) {
         return r;
     }
     let Some(Json(body)) = body else {
@@ -195,7 +195,7 @@ async fn edit_message(
 }
 
 async fn typing(AxState(shared): S, headers: HeaderMap, Path(channel_id): Path<u64>) -> Response {
-    if let Err(r) = check_auth(&shared, &headers) {
+    if let Some(r) = check_auth(&shared, &headers) {
         return r;
     }
     shared.lock().typing.push(channel_id);

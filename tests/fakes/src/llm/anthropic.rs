@@ -12,10 +12,23 @@ fn error_body(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
 }
 
+/// The event that breaks a stream in [`Reply::with_stream_error_after`].
+pub(super) fn stream_error_event() -> String {
+    event("error", &error_body("overloaded_error", "Overloaded"))
+}
+
 /// Rejects what the real API rejects before generating anything.
-pub(super) fn validate(headers: &HeaderMap, body: &Value) -> Option<Rendered> {
-    if !headers.contains_key("x-api-key") {
+pub(super) fn validate(
+    headers: &HeaderMap,
+    body: &Value,
+    api_key: Option<&str>,
+) -> Option<Rendered> {
+    let Some(sent) = headers.get("x-api-key") else {
         let body = error_body("authentication_error", "x-api-key header is required");
+        return Some(Rendered::json(401, body));
+    };
+    if api_key.is_some_and(|key| sent.as_bytes() != key.as_bytes()) {
+        let body = error_body("authentication_error", "invalid x-api-key");
         return Some(Rendered::json(401, body));
     }
     let invalid = |message: &str| {

@@ -1,6 +1,7 @@
 //! OpenAI Chat Completions wire format: `chat.completion` JSON, `chat.completion.chunk`
 //! SSE, and `{"error":{message,type,param,code}}` errors.
 
+use axum::http::HeaderMap;
 use serde_json::{Value, json};
 
 use super::reply::{ErrorReply, Reply, ReplyKind, ToolCall, estimate_tokens, split_chars};
@@ -11,8 +12,37 @@ fn error_body(kind: &str, message: &str, code: Option<&str>, param: Option<&str>
     json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
 }
 
+/// The event that breaks a stream in [`Reply::with_stream_error_after`].
+pub(super) fn stream_error_event() -> String {
+    let error = error_body(
+        "server_error",
+        "The server had an error while processing your request. Sorry about that!",
+        None,
+        None,
+    );
+    format!("data: {error}\n\n")
+}
+
 /// Rejects what the real API rejects before generating anything.
-pub(super) fn validate(body: &Value) -> Option<Rendered> {
+pub(super) fn validate(
+    headers: &HeaderMap,
+    body: &Value,
+    api_key: Option<&str>,
+) -> Option<Rendered> {
+    if let Some(key) = api_key {
+        let sent = headers.get("authorization").and_then(|v| v.to_str().ok());
+        if sent.and_then(|v| v.strip_prefix("Bearer ")) != Some(key) {
+            let message = "Incorrect API key provided. You can find your API key at \
+                           https://platform.openai.com/account/api-keys.";
+            let body = error_body(
+                "invalid_request_error",
+                message,
+                Some("invalid_api_key"),
+                None,
+            );
+            return Some(Rendered::json(401, body));
+        }
+    }
     let invalid = |message: &str, param: Option<&str>| {
         let body = error_body("invalid_request_error", message, None, param);
         Some(Rendered::json(400, body))

@@ -23,6 +23,17 @@ pub struct Reply {
     pub(crate) usage: Option<(u64, u64)>,
     /// `Retry-After` header (seconds) of an error reply.
     pub(crate) retry_after: Option<u64>,
+    /// A streamed answer breaks after this many events.
+    pub(crate) stream_fault: Option<(usize, StreamFault)>,
+}
+
+/// How a streamed answer breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamFault {
+    /// A provider-shaped error event ends the stream (no `[DONE]` / `message_stop`).
+    ErrorEvent,
+    /// The connection is cut: the chunked body never terminates properly.
+    Disconnect,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +117,7 @@ impl Reply {
             chunk_delay: Duration::ZERO,
             usage: None,
             retry_after: None,
+            stream_fault: None,
         }
     }
 
@@ -202,6 +214,22 @@ impl Reply {
     /// Waits this long between streamed events (to test incremental delivery).
     pub fn with_chunk_delay(mut self, delay: Duration) -> Self {
         self.chunk_delay = delay;
+        self
+    }
+
+    /// When streamed, sends the first `events` SSE events, then a provider-shaped error
+    /// event (OpenAI `data: {"error":…}`, Anthropic `event: error` overloaded_error) and
+    /// ends without `[DONE]` / `message_stop`. Non-stream requests are unaffected.
+    pub fn with_stream_error_after(mut self, events: usize) -> Self {
+        self.stream_fault = Some((events, StreamFault::ErrorEvent));
+        self
+    }
+
+    /// When streamed, sends the first `events` SSE events, then cuts the connection
+    /// mid-body (the client sees a body/decoding error). Non-stream requests are
+    /// unaffected.
+    pub fn with_disconnect_after(mut self, events: usize) -> Self {
+        self.stream_fault = Some((events, StreamFault::Disconnect));
         self
     }
 

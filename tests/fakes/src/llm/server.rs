@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::reply::{Reply, estimate_tokens};
+use super::reply::{Reply, StreamFault, estimate_tokens};
 use super::{Default, RecordedRequest, Shared, anthropic, body_last_user_text, openai};
 
 /// Which wire format a request speaks.
@@ -126,13 +126,14 @@ async fn complete(
         .and_then(Value::as_bool)
         == Some(true);
 
-    let invalid = validate(provider, &headers, &body);
+    let api_key = shared.lock().api_key.clone();
+    let invalid = validate(provider, &headers, &body, api_key.as_deref());
     // Scripts are consumed only by requests the real API would have accepted.
     let picked = invalid.is_none().then(|| pick(shared, &model, &body));
     record(shared, uri.path(), &model, &headers, body, stream, at);
 
     if let Some(rendered) = invalid {
-        return respond(rendered, Duration::ZERO, id);
+        return respond(rendered, Duration::ZERO, id, false);
     }
     let Some((reply, delay, chunk_chars)) = picked else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
@@ -150,18 +151,36 @@ async fn complete(
         chunk_chars,
         created: unix_now(),
     };
-    let rendered = match provider {
+    let mut rendered = match provider {
         Provider::OpenAi => openai::render(&reply, &ctx),
         Provider::Anthropic => anthropic::render(&reply, &ctx),
     };
-    respond(rendered, reply.chunk_delay, id)
+    let mut disconnect = false;
+    if let (Some((keep, fault)), Rendering::Events(events)) =
+        (reply.stream_fault, &mut rendered.body)
+    {
+        events.truncate(keep);
+        match fault {
+            StreamFault::ErrorEvent => events.push(match provider {
+                Provider::OpenAi => openai::stream_error_event(),
+                Provider::Anthropic => anthropic::stream_error_event(),
+            }),
+            StreamFault::Disconnect => disconnect = true,
+        }
+    }
+    respond(rendered, reply.chunk_delay, id, disconnect)
 }
 
 /// The provider's 4xx for a request the real API would reject, if any.
-fn validate(provider: Provider, headers: &HeaderMap, body: &Value) -> Option<Rendered> {
+fn validate(
+    provider: Provider,
+    headers: &HeaderMap,
+    body: &Value,
+    api_key: Option<&str>,
+) -> Option<Rendered> {
     match provider {
-        Provider::OpenAi => openai::validate(body),
-        Provider::Anthropic => anthropic::validate(headers, body),
+        Provider::OpenAi => openai::validate(headers, body, api_key),
+        Provider::Anthropic => anthropic::validate(headers, body, api_key),
     }
 }
 
@@ -266,7 +285,7 @@ async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap)
             .collect();
         json!({"object": "list", "data": data})
     };
-    respond(Rendered::json(200, body), Duration::ZERO, id)
+    respond(Rendered::json(200, body), Duration::ZERO, id, false)
 }
 
 async fn not_found(uri: Uri) -> Response {
@@ -275,8 +294,9 @@ async fn not_found(uri: Uri) -> Response {
     (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
 }
 
-/// Builds the HTTP response; SSE events are sent in one write unless `chunk_delay` is set.
-fn respond(rendered: Rendered, chunk_delay: Duration, id: u64) -> Response {
+/// Builds the HTTP response. SSE events are sent in one write unless `chunk_delay` is
+/// set or the connection is to be cut after them (`disconnect`).
+fn respond(rendered: Rendered, chunk_delay: Duration, id: u64, disconnect: bool) -> Response {
     let status = StatusCode::from_u16(rendered.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut builder = Response::builder()
         .status(status)
@@ -293,29 +313,41 @@ fn respond(rendered: Rendered, chunk_delay: Duration, id: u64) -> Response {
             let builder = builder
                 .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
                 .header(header::CACHE_CONTROL, "no-cache");
-            if chunk_delay.is_zero() {
+            if chunk_delay.is_zero() && !disconnect {
                 builder.body(Body::from(events.concat()))
             } else {
-                builder.body(Body::from_stream(paced(events, chunk_delay)))
+                builder.body(Body::from_stream(paced(events, chunk_delay, disconnect)))
             }
         }
     };
     built.unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// The events one by one, `delay` apart.
+/// The events one by one, `delay` apart; then an I/O error if `disconnect`, which makes
+/// hyper abort the connection mid-body.
 fn paced(
     events: Vec<String>,
     delay: Duration,
-) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    disconnect: bool,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    let first = true;
     futures_util::stream::unfold(
-        (events.into_iter(), true),
-        move |(mut events, first)| async move {
-            let event = events.next()?;
-            if !first {
+        (events.into_iter(), first, disconnect),
+        move |(mut events, first, disconnect)| async move {
+            let Some(event) = events.next() else {
+                if !disconnect {
+                    return None;
+                }
+                // Pending once, so hyper flushes the head and the events already
+                // yielded before the error makes it drop the connection.
+                tokio::task::yield_now().await;
+                let cut = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "fake cut");
+                return Some((Err(cut), (events, false, false)));
+            };
+            if !first && !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            Some((Ok(Bytes::from(event)), (events, false)))
+            Some((Ok(Bytes::from(event)), (events, false, disconnect)))
         },
     )
 }

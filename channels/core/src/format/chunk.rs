@@ -1,0 +1,329 @@
+//! Splitting markdown at a platform's length limit.
+//!
+//! Greedy: each chunk is as long as the limit allows, cut at the best break in reach —
+//! a paragraph break (blank line, or the edge of a code fence), else a line break, else a
+//! word boundary, else anywhere that does not split a character or an emoji sequence. A
+//! break in the first 30 % of the room is only taken when nothing better exists further on.
+//! A code fence cut across chunks is closed at the end of one and reopened, with the same
+//! fence line, at the start of the next; those added lines count toward the limit.
+
+use super::block::{fence_closes, fence_open};
+
+/// What a source line is, for cutting purposes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    Text,
+    Blank,
+    /// Opens fence `n`.
+    Open(usize),
+    /// Inside fence `n`.
+    Body(usize),
+    /// Closes fence `n`.
+    Close(usize),
+}
+
+/// How a fence is reopened and closed when a cut falls inside it.
+struct Fence {
+    reopen: Vec<char>,
+    close: Vec<char>,
+}
+
+/// Where a cut would fall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    /// Outside any fence.
+    Outside,
+    /// Inside fence `n`: close it here, reopen it in the next chunk.
+    Inside(usize),
+    /// Not allowed (it would split a fence line or leave an empty code block).
+    Invalid,
+}
+
+/// Break quality, best first.
+const PARAGRAPH: usize = 0;
+const LINE: usize = 1;
+const WORD: usize = 2;
+const HARD: usize = 3;
+
+/// Split `text` into chunks of at most `max` characters (see [`super::chunk_markdown`]).
+pub(super) fn chunk(text: &str, max: usize) -> Vec<String> {
+    let max = max.max(1);
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    if text.chars().count() <= max {
+        return vec![text.to_string()];
+    }
+    Chunker::new(text, max).run()
+}
+
+struct Chunker {
+    chars: Vec<char>,
+    /// Char index where each line starts.
+    starts: Vec<usize>,
+    kinds: Vec<Line>,
+    fences: Vec<Fence>,
+    /// `nonws_end[c]`: one past the last non-whitespace char before `c` (0 if none).
+    nonws_end: Vec<usize>,
+    max: usize,
+}
+
+impl Chunker {
+    fn new(text: &str, max: usize) -> Self {
+        let chars: Vec<char> = text.chars().collect();
+        let mut starts = Vec::new();
+        let mut kinds = Vec::new();
+        let mut fences: Vec<Fence> = Vec::new();
+        let mut open = None; // (fence index, marker, len) of the fence we are in
+        let mut pos = 0;
+        for raw in text.split('\n') {
+            starts.push(pos);
+            pos += raw.chars().count() + 1;
+            let line = raw.trim_end_matches('\r');
+            kinds.push(match open {
+                Some((f, ref o)) if fence_closes(line, o) => {
+                    open = None;
+                    Line::Close(f)
+                }
+                Some((f, _)) => Line::Body(f),
+                None => match fence_open(line) {
+                    Some(o) => {
+                        let f = fences.len();
+                        fences.push(fence_for(line, o.marker, o.len, o.indent, max));
+                        open = Some((f, o));
+                        Line::Open(f)
+                    }
+                    None if line.trim().is_empty() => Line::Blank,
+                    None => Line::Text,
+                },
+            });
+        }
+        let mut nonws_end = Vec::with_capacity(chars.len() + 1);
+        let mut last = 0;
+        nonws_end.push(0);
+        for (i, c) in chars.iter().enumerate() {
+            if !c.is_whitespace() {
+                last = i + 1;
+            }
+            nonws_end.push(last);
+        }
+        Self {
+            chars,
+            starts,
+            kinds,
+            fences,
+            nonws_end,
+            max,
+        }
+    }
+
+    fn run(&self) -> Vec<String> {
+        let n = self.chars.len();
+        let mut chunks = Vec::new();
+        let mut s = self.skip(0);
+        while s < n && self.nonws_end[n] > s {
+            let header = self.header(s);
+            if self
+                .cut_len(s, n, header.len())
+                .is_some_and(|l| l <= self.max)
+            {
+                chunks.push(self.piece(s, n, header));
+                break;
+            }
+            match self.choose(s, header.len()) {
+                Some(c) => {
+                    chunks.push(self.piece(s, c, header));
+                    s = self.skip(c);
+                }
+                None => {
+                    // Nothing valid fits (a limit smaller than a fence line): cut raw.
+                    let c = (s + self.max).min(n);
+                    let piece: String = self.chars[s..c].iter().collect();
+                    if !piece.trim().is_empty() {
+                        chunks.push(piece);
+                    }
+                    s = c;
+                }
+            }
+        }
+        chunks
+    }
+
+    /// The best cut for a chunk starting at `s`.
+    fn choose(&self, s: usize, header: usize) -> Option<usize> {
+        let room = self.max.saturating_sub(header);
+        let hi = (self.chars.len() - 1).min(s + room);
+        let min_len = room * 3 / 10;
+        let mut best = [None; 4];
+        for c in (s + 1..=hi).rev() {
+            if c - s < min_len && best.iter().any(Option::is_some) {
+                break;
+            }
+            let Some(rank) = self.rank(c) else { continue };
+            if best[rank].is_some() || self.cut_len(s, c, header).is_none_or(|l| l > self.max) {
+                continue;
+            }
+            best[rank] = Some(c);
+            if rank == PARAGRAPH && c - s >= min_len {
+                break;
+            }
+        }
+        best.iter()
+            .flatten()
+            .find(|&&c| c - s >= min_len)
+            .or_else(|| best.iter().flatten().next())
+            .copied()
+    }
+
+    /// How good a break a cut at `c` is, or `None` if `c` is no break at all.
+    fn rank(&self, c: usize) -> Option<usize> {
+        let l = self.line_of(c);
+        if self.starts[l] == c {
+            let para = matches!(self.kinds[l], Line::Blank | Line::Open(_))
+                || matches!(self.kinds[l - 1], Line::Blank | Line::Close(_));
+            return Some(if para { PARAGRAPH } else { LINE });
+        }
+        let (prev, cur) = (self.chars[c - 1], self.chars[c]);
+        if cur == '\n' || cur == '\r' {
+            None
+        } else if (cur == ' ' || cur == '\t') && !prev.is_whitespace() {
+            Some(WORD)
+        } else {
+            self.grapheme_boundary(c).then_some(HARD)
+        }
+    }
+
+    /// Whether `c` is between two user-perceived characters (best effort, no tables).
+    fn grapheme_boundary(&self, c: usize) -> bool {
+        let (prev, cur) = (self.chars[c - 1], self.chars[c]);
+        if extends(cur) || prev == '\u{200D}' {
+            return false;
+        }
+        if regional(prev) && regional(cur) {
+            let run = self.chars[..c]
+                .iter()
+                .rev()
+                .take_while(|&&x| regional(x))
+                .count();
+            return run % 2 == 0;
+        }
+        true
+    }
+
+    /// Length of the chunk `[s, c)`: header, content without trailing whitespace, closing
+    /// fence. `None` when the cut is invalid or leaves nothing but whitespace.
+    fn cut_len(&self, s: usize, c: usize, header: usize) -> Option<usize> {
+        let end = self.nonws_end[c];
+        if end <= s {
+            return None;
+        }
+        let close = match self.at(c) {
+            At::Invalid => return None,
+            At::Outside => 0,
+            At::Inside(f) => self.fences[f].close.len(),
+        };
+        Some(header + (end - s) + close)
+    }
+
+    /// The chunk `[s, c)` as text.
+    fn piece(&self, s: usize, c: usize, header: &[char]) -> String {
+        let end = self.nonws_end[c].max(s);
+        let mut out: String = header.iter().collect();
+        out.extend(&self.chars[s..end]);
+        if let At::Inside(f) = self.at(c) {
+            out.extend(&self.fences[f].close);
+        }
+        out
+    }
+
+    /// The fence line that reopens the fence a chunk starting at `s` begins inside.
+    fn header(&self, s: usize) -> &[char] {
+        match self.at(s) {
+            At::Inside(f) => &self.fences[f].reopen,
+            _ => &[],
+        }
+    }
+
+    /// Where the next chunk starts after a cut at `c`: break whitespace and blank lines
+    /// skipped, but code indentation and the indentation of a line kept.
+    fn skip(&self, c: usize) -> usize {
+        let n = self.chars.len();
+        let mut p = c;
+        let line_start = c < n && self.starts[self.line_of(c)] == c;
+        if let At::Inside(_) = self.at(c) {
+            if !line_start {
+                while p < n && matches!(self.chars[p], ' ' | '\t') {
+                    p += 1;
+                }
+            }
+            return p;
+        }
+        while p < n && self.chars[p].is_whitespace() {
+            p += 1;
+        }
+        if p < n {
+            let ls = self.starts[self.line_of(p)];
+            if ls >= c && ls < p {
+                p = ls; // keep the indentation (a nested list item)
+            }
+        }
+        p
+    }
+
+    fn line_of(&self, c: usize) -> usize {
+        self.starts.partition_point(|&s| s <= c).saturating_sub(1)
+    }
+
+    /// What a cut at `c` would fall into.
+    fn at(&self, c: usize) -> At {
+        if c >= self.chars.len() {
+            return match self.kinds.last() {
+                Some(Line::Open(f) | Line::Body(f)) => At::Inside(*f),
+                _ => At::Outside,
+            };
+        }
+        let l = self.line_of(c);
+        let line_start = self.starts[l] == c;
+        match self.kinds[l] {
+            Line::Text | Line::Blank => At::Outside,
+            Line::Open(_) if line_start => At::Outside,
+            Line::Open(_) | Line::Close(_) => At::Invalid,
+            Line::Body(f) if line_start && l > 0 && self.kinds[l - 1] == Line::Open(f) => {
+                At::Invalid // the chunk would end with an empty code block
+            }
+            Line::Body(f) => At::Inside(f),
+        }
+    }
+}
+
+/// Reopen/close lines for a fence: the original fence line if it fits next to some content,
+/// else the bare marker. (When not even that fits, the chunker falls back to raw cuts.)
+fn fence_for(line: &str, marker: char, len: usize, indent: usize, max: usize) -> Fence {
+    let bare: String = std::iter::repeat_n(marker, len).collect();
+    let full_open: Vec<char> = format!("{}\n", line.trim_end()).chars().collect();
+    let full_close: Vec<char> = format!("\n{}{bare}", " ".repeat(indent)).chars().collect();
+    if full_open.len() + full_close.len() < max {
+        return Fence {
+            reopen: full_open,
+            close: full_close,
+        };
+    }
+    Fence {
+        reopen: format!("{bare}\n").chars().collect(),
+        close: format!("\n{bare}").chars().collect(),
+    }
+}
+
+/// Characters that attach to the one before (combining marks, variation selectors,
+/// emoji modifiers, tags).
+fn extends(c: char) -> bool {
+    matches!(c as u32,
+        0x0300..=0x036F | 0x0483..=0x0489 | 0x0591..=0x05BD | 0x0610..=0x061A
+        | 0x064B..=0x065F | 0x0900..=0x0903 | 0x093A..=0x094F | 0x1AB0..=0x1AFF
+        | 0x1DC0..=0x1DFF | 0x200C..=0x200D | 0x20D0..=0x20FF | 0xFE00..=0xFE0F
+        | 0xFE20..=0xFE2F | 0x1F3FB..=0x1F3FF | 0xE0020..=0xE007F | 0xE0100..=0xE01EF)
+}
+
+fn regional(c: char) -> bool {
+    matches!(c as u32, 0x1F1E6..=0x1F1FF)
+}

@@ -1,0 +1,153 @@
+//! Slack mrkdwn: `*bold*`, `_italic_`, `~strike~`, `` `code` ``, ```` ``` ```` blocks,
+//! `<url|text>` links and `>` quotes, with `& < >` escaped everywhere else.
+
+use super::block::{self, Kind};
+use super::inline::{self, Inline};
+use super::table;
+
+/// Render markdown as Slack mrkdwn.
+pub(super) fn render(text: &str) -> String {
+    let mut out = String::new();
+    for (i, b) in block::parse(text).iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        match &b.kind {
+            Kind::Blank => {}
+            Kind::Fence { code, .. } => code_block(&code.join("\n"), &mut out),
+            Kind::Heading(t) => {
+                let mut inner = String::new();
+                inline(&inline::parse(t), true, &mut inner);
+                wrap(&mut out, "*", &inner);
+            }
+            Kind::Item {
+                indent,
+                ordered,
+                text,
+            } => {
+                out.push_str(indent);
+                escape(ordered.unwrap_or("•"), &mut out);
+                out.push(' ');
+                inline(&inline::parse(text), false, &mut out);
+            }
+            Kind::Quote(inner) => {
+                let inner = render(inner);
+                let lines: Vec<String> = inner
+                    .split('\n')
+                    .map(|l| {
+                        if l.is_empty() {
+                            ">".into()
+                        } else {
+                            format!("> {l}")
+                        }
+                    })
+                    .collect();
+                out.push_str(&lines.join("\n"));
+            }
+            Kind::Table(rows) => code_block(&table::layout(rows), &mut out),
+            Kind::Rule => out.push_str("———"),
+            Kind::Paragraph(lines) => inline(&inline::parse(&lines.join("\n")), false, &mut out),
+        }
+    }
+    out
+}
+
+fn code_block(code: &str, out: &mut String) {
+    if code.trim().is_empty() {
+        return;
+    }
+    out.push_str("```\n");
+    escape(code, out);
+    out.push_str("\n```");
+}
+
+/// `marker` + content + `marker`, or the bare content when it is blank.
+fn wrap(out: &mut String, marker: &str, inner: &str) {
+    if inner.trim().is_empty() {
+        out.push_str(inner);
+    } else {
+        out.push_str(marker);
+        out.push_str(inner);
+        out.push_str(marker);
+    }
+}
+
+/// Inline nodes; inside bold (`in_bold`) nested bold markers are dropped, since Slack
+/// cannot nest `*` in `*`.
+fn inline(nodes: &[Inline], in_bold: bool, out: &mut String) {
+    for n in nodes {
+        let mut inner = String::new();
+        match n {
+            Inline::Text(t) | Inline::Url(t) => escape(t, out),
+            Inline::Code(t) => {
+                escape(t, &mut inner);
+                wrap(out, "`", &inner);
+            }
+            Inline::Strong(c) if in_bold => inline(c, true, out),
+            Inline::Strong(c) => {
+                inline(c, true, &mut inner);
+                wrap(out, "*", &inner);
+            }
+            Inline::Emph(c) => {
+                inline(c, in_bold, &mut inner);
+                wrap(out, "_", &inner);
+            }
+            Inline::Strike(c) => {
+                inline(c, in_bold, &mut inner);
+                wrap(out, "~", &inner);
+            }
+            Inline::Link { text, url } => link(text, url, out),
+        }
+    }
+}
+
+/// `<url|text>`; the label is plain text (Slack does not format inside links).
+fn link(text: &[Inline], url: &str, out: &mut String) {
+    let mut label = String::new();
+    plain_nodes(text, &mut label);
+    let lower = url.to_ascii_lowercase();
+    let url = if lower.starts_with("www.") {
+        format!("https://{url}")
+    } else {
+        url.to_string()
+    };
+    if !["http://", "https://", "mailto:"]
+        .iter()
+        .any(|p| lower.starts_with(p) || lower.starts_with("www."))
+    {
+        escape(&label, out);
+        out.push_str(" (");
+        escape(&url, out);
+        out.push(')');
+        return;
+    }
+    out.push('<');
+    escape(&url.replace('|', "%7C"), out);
+    if !label.trim().is_empty() && label != url {
+        out.push('|');
+        escape(&label, out);
+    }
+    out.push('>');
+}
+
+fn plain_nodes(nodes: &[Inline], out: &mut String) {
+    for n in nodes {
+        match n {
+            Inline::Text(t) | Inline::Code(t) | Inline::Url(t) => out.push_str(t),
+            Inline::Strong(c) | Inline::Emph(c) | Inline::Strike(c) => plain_nodes(c, out),
+            Inline::Link { text, .. } => plain_nodes(text, out),
+        }
+    }
+}
+
+/// Escape `& < >`, the only characters Slack requires escaped.
+fn escape(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            _ => out.push(c),
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Tests for rendering and chunking.
+
+mod chunking;
+mod props;
+mod render;

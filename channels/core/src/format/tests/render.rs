@@ -1,0 +1,176 @@
+//! Tables of cases per dialect: input markdown → exact output.
+
+use crate::Dialect;
+use crate::format::render;
+
+fn check(dialect: Dialect, cases: &[(&str, &str)]) {
+    let mut failures = Vec::new();
+    for (input, want) in cases {
+        let got = render(input, dialect);
+        if got != *want {
+            failures.push(format!("{input:?}\n   want {want:?}\n    got {got:?}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{dialect:?}: {} case(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn telegram_html() {
+    check(
+        Dialect::TelegramHtml,
+        &[
+            ("hello", "hello"),
+            ("**bold** and __bold__", "<b>bold</b> and <b>bold</b>"),
+            ("*it* and _it_", "<i>it</i> and <i>it</i>"),
+            ("~~gone~~", "<s>gone</s>"),
+            ("***both***", "<i><b>both</b></i>"),
+            ("**bold _and it_**", "<b>bold <i>and it</i></b>"),
+            ("`code`", "<code>code</code>"),
+            (
+                "`<tag> **x** & y`",
+                "<code>&lt;tag&gt; **x** &amp; y</code>",
+            ),
+            ("a < b && c > d", "a &lt; b &amp;&amp; c &gt; d"),
+            ("<b>not a tag</b>", "&lt;b&gt;not a tag&lt;/b&gt;"),
+            ("snake_case_words stay", "snake_case_words stay"),
+            ("2*3*4 = 24", "2*3*4 = 24"),
+            ("a * b * c", "a * b * c"),
+            ("**bold without end", "**bold without end"),
+            ("**bold _nested** end_", "<b>bold _nested</b> end_"),
+            ("_unclosed *mixed_ tail*", "<i>unclosed *mixed</i> tail*"),
+            (
+                "[docs](https://x.io/a_b*c*?q=1&r=\"2\")",
+                "<a href=\"https://x.io/a_b*c*?q=1&amp;r=&quot;2&quot;\">docs</a>",
+            ),
+            (
+                "[**bold** link](https://x.io)",
+                "<a href=\"https://x.io\"><b>bold</b> link</a>",
+            ),
+            ("see https://x.io/a_b_c*d*e", "see https://x.io/a_b_c*d*e"),
+            ("**https://x.io/a_b**", "<b>https://x.io/a_b</b>"),
+            ("[rel](./file.md)", "rel (./file.md)"),
+            ("[site](www.x.io)", "<a href=\"https://www.x.io\">site</a>"),
+            ("# Title", "<b>Title</b>"),
+            ("### Sub *it* ###", "<b>Sub <i>it</i></b>"),
+            ("#hashtag", "#hashtag"),
+            ("- one\n* two\n+ three", "• one\n• two\n• three"),
+            ("- a\n  - nested", "• a\n  • nested"),
+            ("1. first\n2. second", "1. first\n2. second"),
+            (
+                "> quoted **b**\n> more",
+                "<blockquote>quoted <b>b</b>\nmore</blockquote>",
+            ),
+            ("> a\n>> b", "<blockquote>a\nb</blockquote>"),
+            (
+                "```rust\nfn main() { a < b && **c** }\n```",
+                "<pre>fn main() { a &lt; b &amp;&amp; **c** }</pre>",
+            ),
+            ("```\nunclosed <x>", "<pre>unclosed &lt;x&gt;</pre>"),
+            ("```\n```", ""),
+            (
+                "| a | b |\n|---|---|\n| 1 & 2 | **x** |",
+                "<pre>a     | b\n------+--\n1 &amp; 2 | x</pre>",
+            ),
+            ("para one\n\npara two", "para one\n\npara two"),
+            ("line\nbreak", "line\nbreak"),
+            ("---", "———"),
+            (r"\*not italic\*", "*not italic*"),
+            ("**", "**"),
+            ("<https://x.io/a_b>", "https://x.io/a_b"),
+        ],
+    );
+}
+
+#[test]
+fn slack_mrkdwn() {
+    check(
+        Dialect::SlackMrkdwn,
+        &[
+            ("**bold**", "*bold*"),
+            ("*it* and _it_", "_it_ and _it_"),
+            ("~~s~~", "~s~"),
+            ("**bold _it_**", "*bold _it_*"),
+            ("`a < b`", "`a &lt; b`"),
+            ("a & b <c>", "a &amp; b &lt;c&gt;"),
+            (
+                "[docs](https://x.io/a?b=1&c=2)",
+                "<https://x.io/a?b=1&amp;c=2|docs>",
+            ),
+            ("[a **b**](https://x.io/p|q)", "<https://x.io/p%7Cq|a b>"),
+            ("[https://x.io](https://x.io)", "<https://x.io>"),
+            (
+                "bare https://x.io/a_b*c* here",
+                "bare https://x.io/a_b*c* here",
+            ),
+            ("snake_case_words", "snake_case_words"),
+            ("# Head **bold**", "*Head bold*"),
+            ("- a\n  * b", "• a\n  • b"),
+            ("1) one", "1) one"),
+            (
+                "```python\nif a < b: **x**\n```",
+                "```\nif a &lt; b: **x**\n```",
+            ),
+            ("> quote\n> two", "> quote\n> two"),
+            (
+                "| a | b |\n| - | - |\n| 1 | 2 |",
+                "```\na | b\n--+--\n1 | 2\n```",
+            ),
+            ("**unbalanced", "**unbalanced"),
+        ],
+    );
+}
+
+#[test]
+fn markdown_passes_through_except_tables() {
+    let text = "# T\n\n**b** _i_ `c`\n\n```rs\nx\n```\n- item\n> q\n";
+    assert_eq!(render(text, Dialect::Markdown), text);
+    check(
+        Dialect::Markdown,
+        &[
+            (
+                "before\n| a | bb |\n|---|---|\n| 1 | 2 |\nafter",
+                "before\n```\na | bb\n--+---\n1 | 2\n```\nafter",
+            ),
+            (
+                "```\n| a | b |\n| 1 | 2 |\n```",
+                "```\n| a | b |\n| 1 | 2 |\n```",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn plain_text() {
+    check(
+        Dialect::Plain,
+        &[
+            ("**b** _i_ ~~s~~ `c`", "b i s c"),
+            ("[text](https://x.io)", "text (https://x.io)"),
+            ("<https://x.io>", "https://x.io"),
+            ("## Heading", "Heading"),
+            ("```sh\nls -la\n```", "ls -la"),
+            ("- a\n1. b", "• a\n1. b"),
+            ("> q", "> q"),
+            ("a < b & c", "a < b & c"),
+            ("snake_case", "snake_case"),
+        ],
+    );
+}
+
+#[test]
+fn pathological_markers_stay_literal() {
+    for text in [
+        "[".repeat(40_000),
+        "[a](".repeat(5_000),
+        "*a _b ".repeat(5_000),
+    ] {
+        assert_eq!(render(&text, Dialect::Plain), text);
+        let html = render(&text, Dialect::TelegramHtml);
+        assert!(!html.contains("<b>") && !html.contains("<a "));
+    }
+}

@@ -1,0 +1,213 @@
+//! Events API via `handle_events_request`: signatures, timestamps, challenge, publish, retries.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Sink, events_config, start};
+use http::HeaderMap;
+use switchboard_channel::InboundSender;
+use switchboard_fakes::slack::{FakeSlack, events};
+use switchboard_slack::SlackChannel;
+
+const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
+
+fn signed(body: &str) -> HeaderMap {
+    events::signed_headers(SECRET, &events::now_timestamp(), body)
+}
+
+async fn running(fake: &FakeSlack) -> common::Running {
+    let run = start(events_config(fake, SECRET));
+    run.sink.wait_for_connected(true).await;
+    run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_verification_is_answered_with_the_challenge() {
+    let fake = FakeSlack::start().await;
+    let ch = SlackChannel::new(events_config(&fake, SECRET)).unwrap();
+    let body =
+        events::url_verification_body("3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P");
+    let (status, resp, ctype) = ch
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(ctype, "application/json");
+    let v: serde_json::Value = serde_json::from_str(&resp).unwrap();
+    assert_eq!(
+        v["challenge"],
+        "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_event_is_published_and_answered_200() {
+    let fake = FakeSlack::start().await;
+    let run = running(&fake).await;
+    let body = events::event_callback_body(
+        "Ev0ABC",
+        events::app_mention("C9", "U1", "<@UBOT> summarise", "1700000000.000100"),
+    );
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 200);
+    let got = run.sink.published();
+    assert_eq!(got.len(), 1, "published before the 200");
+    assert_eq!(got[0].id, "slack:event:Ev0ABC");
+    assert_eq!(got[0].key.to_string(), "slack:C9:1700000000.000100");
+    assert_eq!(got[0].text, "summarise");
+    run.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_signature_stale_or_future_timestamp_and_missing_headers_are_401() {
+    let fake = FakeSlack::start().await;
+    let run = running(&fake).await;
+    let body = events::event_callback_body("Ev1", events::dm("D1", "U1", "hi", "1.0"));
+    let now = events::now_timestamp();
+    let now_n: u64 = now.parse().unwrap();
+
+    let wrong = events::signed_headers("not-the-secret", &now, &body);
+    let stale_ts = (now_n - 600).to_string();
+    let stale = events::signed_headers(SECRET, &stale_ts, &body);
+    let future_ts = (now_n + 600).to_string();
+    let future = events::signed_headers(SECRET, &future_ts, &body);
+    let mut tampered = signed(&body);
+    tampered.insert(
+        "x-slack-request-timestamp",
+        (now_n - 1).to_string().parse().unwrap(),
+    );
+    for (name, h) in [
+        ("wrong secret", wrong),
+        ("stale", stale),
+        ("future", future),
+        ("tampered timestamp", tampered),
+        ("no headers", HeaderMap::new()),
+    ] {
+        let (status, _, _) = run.channel.handle_events_request(&h, body.as_bytes()).await;
+        assert_eq!(status, 401, "{name}");
+    }
+    // A body changed after signing.
+    let other = events::event_callback_body("Ev1", events::dm("D1", "U1", "evil", "1.0"));
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&signed(&body), other.as_bytes())
+        .await;
+    assert_eq!(status, 401);
+    assert!(run.sink.published().is_empty());
+    assert_eq!(
+        run.sink.attempts.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    run.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_are_400_and_publish_nothing() {
+    let fake = FakeSlack::start().await;
+    let run = running(&fake).await;
+    for body in ["not json", "{\"type\":\"event_callback\"}", "[1,2]"] {
+        let (status, _, _) = run
+            .channel
+            .handle_events_request(&signed(body), body.as_bytes())
+            .await;
+        assert_eq!(status, 400, "{body}");
+    }
+    assert!(run.sink.published().is_empty());
+    run.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_event_carries_the_same_id_and_is_processed_once() {
+    let fake = FakeSlack::start().await;
+    let run = running(&fake).await;
+    let body = events::event_callback_body("Ev0RETRY", events::dm("D1", "U1", "once", "1.0"));
+    let first = signed(&body);
+    let mut retry = signed(&body);
+    retry.insert("x-slack-retry-num", "1".parse().unwrap());
+    retry.insert("x-slack-retry-reason", "http_timeout".parse().unwrap());
+    for h in [first, retry] {
+        let (status, _, _) = run.channel.handle_events_request(&h, body.as_bytes()).await;
+        assert_eq!(status, 200);
+    }
+    assert_eq!(
+        run.sink.attempts.load(std::sync::atomic::Ordering::SeqCst),
+        2
+    );
+    let got = run.sink.published();
+    assert_eq!(
+        got.len(),
+        1,
+        "the sink (like the gateway) drops the duplicate id"
+    );
+    assert_eq!(got[0].id, "slack:event:Ev0RETRY");
+    run.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_running_is_503_and_a_failed_publish_is_500() {
+    let fake = FakeSlack::start().await;
+    let ch = SlackChannel::new(events_config(&fake, SECRET)).unwrap();
+    let body = events::event_callback_body("Ev2", events::dm("D1", "U1", "hi", "1.0"));
+    let (status, _, _) = ch
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 503);
+
+    let run = running(&fake).await;
+    run.sink
+        .fail_next
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 500);
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 200, "Slack's retry goes through");
+    assert_eq!(run.sink.published().len(), 1);
+    run.stop().await.unwrap();
+}
+
+/// 200 events/s for 2 s through the handler (signature check, parse, publish); prints p50/p99.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_fast_at_200_events_per_second() {
+    let fake = FakeSlack::start().await;
+    let ch = SlackChannel::new(events_config(&fake, SECRET)).unwrap();
+    let sink = Sink::new();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (c, s, t) = (ch.clone(), sink.clone(), shutdown.clone());
+    let task = tokio::spawn(async move {
+        use switchboard_channel::Channel;
+        c.run(InboundSender::new(s), t).await
+    });
+    sink.wait_for_connected(true).await;
+
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let mut lat = Vec::with_capacity(400);
+    for i in 0..400 {
+        tick.tick().await;
+        let body = events::event_callback_body(
+            &format!("EvP{i}"),
+            events::dm("D1", "U1", "load", &format!("{i}.0")),
+        );
+        let h = signed(&body);
+        let t0 = Instant::now();
+        let (status, _, _) = ch.handle_events_request(&h, body.as_bytes()).await;
+        lat.push(t0.elapsed());
+        assert_eq!(status, 200);
+    }
+    lat.sort();
+    let p50 = lat[lat.len() / 2];
+    let p99 = lat[lat.len() * 99 / 100];
+    println!("handle_events_request at 200/s: p50 {p50:?}, p99 {p99:?}");
+    assert_eq!(sink.published().len(), 400);
+    assert!(p99 < Duration::from_millis(50), "p99 {p99:?}");
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}

@@ -1,0 +1,279 @@
+//! Intake against the fake Bot API: mapping of each kind of update, confirmation only after
+//! publish, skipped updates, files, and the polling faults (409, stall, wrong token).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Harness, WAIT};
+use serde_json::json;
+use switchboard_channel::{AttachmentKind, ChannelError};
+use switchboard_fakes::telegram::TgUser;
+
+fn ann() -> TgUser {
+    TgUser::new(5001, "ann").named("Ann", Some("Lee"))
+}
+
+#[tokio::test]
+async fn startup_registers_commands_and_polls_for_messages() {
+    let h = Harness::start().await;
+    let polls = h
+        .fake
+        .wait_for_requests("getUpdates", 1, WAIT)
+        .await
+        .expect("polls");
+    assert_eq!(polls[0]["allowed_updates"], json!(["message"]));
+    assert_eq!(h.fake.requests("getMe").len(), 1);
+    assert_eq!(h.fake.requests("deleteWebhook").len(), 1);
+    let cmds = h.fake.requests("setMyCommands");
+    let names: Vec<&str> = cmds[0]["commands"]
+        .as_array()
+        .expect("commands")
+        .iter()
+        .map(|c| c["command"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["new", "stop", "status", "reminders", "help"]);
+    assert!(
+        cmds[0]["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| !c["description"].as_str().unwrap().is_empty())
+    );
+    assert_eq!(
+        h.sink.connected_events().first(),
+        Some(&(true, "polling".to_string()))
+    );
+}
+
+#[tokio::test]
+async fn dm_text_is_published_then_confirmed() {
+    let h = Harness::start().await;
+    let uid = h.fake.push_update(h.fake.dm_text(&ann(), "hello there"));
+    let m = h.sink.wait_published(1).await.remove(0);
+    assert_eq!(m.id, format!("telegram:update:{uid}"));
+    assert_eq!(m.key.to_string(), "telegram:5001");
+    assert_eq!(m.sender.id, "5001");
+    assert_eq!(m.sender.username.as_deref(), Some("ann"));
+    assert_eq!(m.sender.display_name, "Ann Lee");
+    assert_eq!(m.text, "hello there");
+    assert!(!m.is_group && !m.mentions_bot);
+    assert!(
+        m.metadata["message_id"]
+            .as_str()
+            .is_some_and(|s| s.parse::<i64>().is_ok())
+    );
+    assert_eq!(m.metadata["chat_type"], json!("private"));
+    assert!(h.fake.wait_for_offset_confirmed(uid, WAIT).await);
+    assert!(h.fake.pending_updates().is_empty());
+}
+
+#[tokio::test]
+async fn group_messages_say_whether_the_bot_is_addressed() {
+    let h = Harness::start().await;
+    let g = -100_200;
+    let f = &h.fake;
+    f.push_update(f.group_text(g, &ann(), "just chatting"));
+    f.push_update(f.group_mention(g, &ann(), "what's the time?"));
+    f.push_update(f.group_text_mention(g, &ann(), "summarise please"));
+    f.push_update(f.group_reply_to_bot(g, &ann(), "and then?", 77, "Once upon a time"));
+    let p = h.sink.wait_published(4).await;
+    let flags: Vec<bool> = p.iter().map(|m| m.mentions_bot).collect();
+    assert_eq!(flags, [false, true, true, true]);
+    assert!(
+        p.iter()
+            .all(|m| m.is_group && m.key.to_string() == "telegram:-100200")
+    );
+    assert_eq!(p[0].text, "just chatting");
+    assert_eq!(p[1].text, "what's the time?", "leading @mention removed");
+    assert_eq!(
+        p[2].text, "summarise please",
+        "leading text_mention removed"
+    );
+    assert_eq!(p[3].reply_to.as_deref(), Some("77"));
+    assert_eq!(p[3].metadata["reply_to_text"], json!("Once upon a time"));
+    assert_eq!(p[0].metadata["chat_type"], json!("supergroup"));
+    assert_eq!(p[0].metadata["chat_title"], json!("Test group"));
+}
+
+#[tokio::test]
+async fn forum_topic_messages_get_a_topic_key() {
+    let h = Harness::start().await;
+    h.fake
+        .push_update(h.fake.topic_text(-100_300, 42, &ann(), "in the topic"));
+    let m = h.sink.wait_published(1).await.remove(0);
+    assert_eq!(m.key.to_string(), "telegram:-100300:topic:42");
+    assert_eq!(m.reply_to, None, "the topic's root message is not a reply");
+    assert!(!m.mentions_bot);
+}
+
+#[tokio::test]
+async fn photo_is_downloaded_into_the_inbox_with_its_caption() {
+    let h = Harness::start().await;
+    let bytes: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let file = h.fake.add_file("cat.jpg", bytes.clone());
+    h.fake
+        .push_update(h.fake.photo(5001, &ann(), &file, Some("look at this")));
+    let group_file = h.fake.add_file("dog.jpg", vec![1u8; 10]);
+    h.fake.push_update(
+        h.fake
+            .group_photo_mention(-100_400, &ann(), &group_file, "and this"),
+    );
+    let p = h.sink.wait_published(2).await;
+    let m = &p[0];
+    assert_eq!(m.text, "look at this");
+    assert_eq!(m.attachments.len(), 1);
+    let a = &m.attachments[0];
+    assert_eq!(a.kind, AttachmentKind::Image);
+    assert_eq!(a.size, 5000);
+    let path = std::path::Path::new(&a.location);
+    assert!(path.starts_with(h.inbox.path().join("inbox")), "{path:?}");
+    assert_eq!(std::fs::read(path).expect("downloaded"), bytes);
+    assert!(p[1].mentions_bot, "a caption mention addresses the bot");
+    assert_eq!(p[1].text, "and this");
+    assert_eq!(p[1].attachments.len(), 1);
+}
+
+#[tokio::test]
+async fn oversized_file_is_not_downloaded_and_noted() {
+    let h = Harness::start_with(|_| {}, |c| c.max_file_bytes = 100).await;
+    let file = h.fake.add_file("big.pdf", vec![0u8; 1000]);
+    let doc = h.fake.document(
+        5001,
+        &ann(),
+        &file,
+        "big.pdf",
+        "application/pdf",
+        Some("read it"),
+    );
+    h.fake.push_update(doc);
+    let m = h.sink.wait_published(1).await.remove(0);
+    assert!(m.attachments.is_empty());
+    assert!(m.text.starts_with("read it"));
+    assert!(
+        m.text.contains("document big.pdf") && m.text.contains("not downloaded"),
+        "{}",
+        m.text
+    );
+    assert!(
+        h.fake.requests("getFile").is_empty(),
+        "no download attempted"
+    );
+    let inbox = h.inbox.path().join("inbox");
+    assert!(!inbox.exists() || std::fs::read_dir(inbox).unwrap().next().is_none());
+}
+
+#[tokio::test]
+async fn odd_updates_are_skipped_and_confirmed_then_the_next_message_flows() {
+    let h = Harness::start().await;
+    let f = &h.fake;
+    f.push_update(f.edited_message(&ann(), "edited"));
+    f.push_update(f.sticker(&ann()));
+    f.push_update(f.channel_post(-100_500, "news"));
+    f.push_update(f.callback_query(&ann(), "button"));
+    f.push_update(f.my_chat_member(-100_600, &ann()));
+    f.push_update(json!({"brand_new_update_kind": {"whatever": [1, 2, 3]}}));
+    let long = "x".repeat(100_000);
+    let big = f.push_update(f.dm_text(&ann(), &long));
+    let last = f.push_update(f.dm_text(&ann(), "still here?"));
+    let p = h.sink.wait_published(2).await;
+    assert_eq!(p.len(), 2, "only the two real messages: {p:?}");
+    assert_eq!(p[0].id, format!("telegram:update:{big}"));
+    assert_eq!(
+        p[0].text.len(),
+        100_000,
+        "the adapter passes long texts on; the gateway cuts"
+    );
+    assert_eq!(p[1].text, "still here?");
+    assert!(f.wait_for_offset_confirmed(last, WAIT).await);
+    assert!(f.pending_updates().is_empty());
+}
+
+#[tokio::test]
+async fn failed_publish_leaves_the_update_unconfirmed_until_it_succeeds() {
+    let h = Harness::start_with(|_| {}, |_| {}).await;
+    h.sink.fail_next(2);
+    let uid = h.fake.push_update(h.fake.dm_text(&ann(), "keep me"));
+    let second = h.fake.push_update(h.fake.dm_text(&ann(), "and me"));
+    let p = h.sink.wait_published(2).await;
+    let id = format!("telegram:update:{uid}");
+    assert_eq!(p[0].id, id);
+    assert_eq!(p[1].id, format!("telegram:update:{second}"));
+    assert_eq!(h.sink.attempts().iter().filter(|a| **a == id).count(), 3);
+    // While it failed, every poll asked for the same update again.
+    let offsets: Vec<i64> = h
+        .fake
+        .requests("getUpdates")
+        .iter()
+        .filter_map(|r| r["offset"].as_i64())
+        .collect();
+    assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "{offsets:?}");
+    assert!(
+        offsets.iter().filter(|o| **o <= uid).count() >= 3,
+        "{offsets:?}"
+    );
+    assert!(h.fake.wait_for_offset_confirmed(second, WAIT).await);
+}
+
+#[tokio::test]
+async fn conflict_is_retried_with_backoff_then_recovers() {
+    let h = Harness::start_with(|f| f.conflict_polls(3), |_| {}).await;
+    h.fake
+        .push_update(h.fake.dm_text(&ann(), "after the conflict"));
+    let m = h.sink.wait_published(1).await.remove(0);
+    assert_eq!(m.text, "after the conflict");
+    let events = h.sink.connected_events();
+    assert!(
+        events.iter().any(|(up, d)| !up && d.contains("409")),
+        "{events:?}"
+    );
+    assert_eq!(events.last().map(|e| e.0), Some(true), "{events:?}");
+    // 3 conflicts, then the poll that got the message: no hot loop.
+    let polls = h.fake.requests("getUpdates").len();
+    assert!((4..=6).contains(&polls), "{polls} polls");
+}
+
+#[tokio::test]
+async fn stalled_poll_is_abandoned_by_the_watchdog() {
+    let h = Harness::start_with(
+        |f| f.stall_polls(1),
+        |c| c.watchdog_margin = Duration::from_millis(300),
+    )
+    .await;
+    let started = tokio::time::Instant::now();
+    h.fake.push_update(h.fake.dm_text(&ann(), "are you alive?"));
+    let m = h.sink.wait_published(1).await.remove(0);
+    assert_eq!(m.text, "are you alive?");
+    // Poll timeout 1 s + margin 0.3 s, then a fresh poll.
+    assert!(
+        started.elapsed() >= Duration::from_millis(1200),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(h.sink.connected_events().iter().any(|(up, _)| !up));
+}
+
+#[tokio::test]
+async fn wrong_token_stops_the_channel_with_unauthorized() {
+    let mut h = Harness::start_with(|_| {}, |c| c.token = "999:WRONG-secret".into()).await;
+    let err = h.stop_result().await;
+    match err {
+        Err(ChannelError::Unauthorized(msg)) => assert!(!msg.contains("WRONG-secret"), "{msg}"),
+        other => panic!("expected Unauthorized, got {other:?}"),
+    }
+    assert!(h.fake.requests("getUpdates").is_empty());
+    assert!(h.sink.connected_events().iter().all(|(up, _)| !up));
+}
+
+#[tokio::test]
+async fn shutdown_confirms_what_was_published() {
+    let mut h = Harness::start().await;
+    let uid = h.fake.push_update(h.fake.dm_text(&ann(), "last words"));
+    h.sink.wait_published(1).await;
+    h.stop().await.expect("clean stop");
+    assert!(h.fake.wait_for_offset_confirmed(uid, WAIT).await);
+    assert_eq!(
+        h.sink.connected_events().last(),
+        Some(&(false, "stopped".to_string()))
+    );
+}
