@@ -11,7 +11,7 @@ use crate::bus::ChannelRegistry;
 use crate::gateway::Shared;
 
 /// Register `ch` and run it until shutdown; a fatal error leaves it down with a reason.
-#[allow(dead_code)]
+#[cfg_attr(not(any(feature = "telegram", feature = "discord", feature = "slack")), allow(dead_code))]
 fn launch(
     shared: &Arc<Shared>,
     registry: &ChannelRegistry,
@@ -46,6 +46,79 @@ pub fn start_all(
     shutdown: &CancellationToken,
     tracker: &TaskTracker,
 ) {
-    let _ = (shared, registry, shutdown, tracker);
-    tracing::info!("channel adapters: none built into this binary");
+    let c = &shared.config.channels;
+    let off = |name: &str, why: String| tracing::info!(channel = name, "not started: {why}");
+    let secret = crate::config::secret;
+
+    #[cfg(feature = "telegram")]
+    {
+        let t = &c.telegram;
+        match (t.enabled, secret(&t.token_env)) {
+            (false, _) => off("telegram", "disabled in the config".into()),
+            (true, None) => off("telegram", format!("${} is not set", t.token_env)),
+            (true, Some(token)) => {
+                let inbox = shared.config.gateway.workspace.join("inbox");
+                let mut cfg = switchboard_telegram::TelegramConfig::new(token, t.api_url.clone(), inbox);
+                cfg.pacing = t.pacing;
+                match switchboard_telegram::TelegramChannel::new(cfg) {
+                    Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),
+                    Err(e) => tracing::error!(channel = "telegram", "cannot start: {e}"),
+                }
+            }
+        }
+    }
+    #[cfg(not(feature = "telegram"))]
+    off("telegram", "this binary was built without the `telegram` feature".into());
+
+    #[cfg(feature = "discord")]
+    {
+        let d = &c.discord;
+        match (d.enabled, secret(&d.token_env)) {
+            (false, _) => off("discord", "disabled in the config".into()),
+            (true, None) => off("discord", format!("${} is not set", d.token_env)),
+            (true, Some(token)) => {
+                let cfg = switchboard_discord::DiscordConfig::new(token, d.api_url.clone());
+                match switchboard_discord::DiscordChannel::new(cfg) {
+                    Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),
+                    Err(e) => tracing::error!(channel = "discord", "cannot start: {e}"),
+                }
+            }
+        }
+    }
+    #[cfg(not(feature = "discord"))]
+    off("discord", "this binary was built without the `discord` feature".into());
+
+    #[cfg(feature = "slack")]
+    {
+        let s = &c.slack;
+        match (s.enabled, secret(&s.bot_token_env)) {
+            (false, _) => off("slack", "disabled in the config".into()),
+            (true, None) => off("slack", format!("${} is not set", s.bot_token_env)),
+            (true, Some(token)) => {
+                let mut cfg = switchboard_slack::SlackConfig::new(token);
+                cfg.app_token = secret(&s.app_token_env);
+                cfg.signing_secret = secret(&s.signing_secret_env);
+                cfg.api_url = s.api_url.clone();
+                cfg.reply_in_thread = s.reply_in_thread;
+                if cfg.app_token.is_none() && cfg.signing_secret.is_none() {
+                    off(
+                        "slack",
+                        format!("neither ${} (Socket Mode) nor ${} (Events API) is set", s.app_token_env, s.signing_secret_env),
+                    );
+                } else {
+                    match switchboard_slack::SlackChannel::new(cfg) {
+                        Ok(ch) => {
+                            let ch = Arc::new(ch);
+                            let _ = shared.slack.set(ch.clone());
+                            launch(shared, registry, ch, shutdown, tracker);
+                        }
+                        Err(e) => tracing::error!(channel = "slack", "cannot start: {e}"),
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(feature = "slack"))]
+    off("slack", "this binary was built without the `slack` feature".into());
+    let _ = (registry, shutdown, tracker);
 }
