@@ -239,8 +239,9 @@ impl Channel for SlackChannel {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             edits: true,
-            // `typing` adds a 👀 reaction (once per message), not a real typing indicator.
-            typing: false,
+            // Slack bots have no typing indicator: `typing` adds a 👀 reaction to the
+            // triggering message instead (once per message).
+            typing: true,
             threads: true,
             max_message_len: self.shared.cfg.effective_max_len(),
             dialect: Dialect::SlackMrkdwn,
