@@ -4,8 +4,8 @@
 //! works):
 //! - `POST /v1/chat/completions` — OpenAI, non-stream JSON or SSE (`stream: true`, with a
 //!   usage chunk when `stream_options.include_usage` is true, then `data: [DONE]`);
-//! - `POST /v1/messages` — Anthropic (requires `x-api-key` and `anthropic-version`),
-//!   non-stream JSON or SSE with `event:` lines;
+//! - `POST /v1/messages` — Anthropic (requires `anthropic-version` and a key in `x-api-key`
+//!   or `Authorization: Bearer`), non-stream JSON or SSE with `event:` lines;
 //! - `GET /v1/models` — a model list (Anthropic's shape when `anthropic-version` is sent).
 //!
 //! Which [`Reply`] answers a request, first match wins:
