@@ -25,9 +25,12 @@
 //! and leaves the queues alone).
 //!
 //! Every request is recorded (unless [`FakeLlm::set_recording`] turned it off) and counted;
-//! [`FakeLlm::wait_for_requests`] waits for a count with a bound. [`RecordedRequest`] has
-//! helpers for the last user text, the system prompt and the offered tool names. Delays
-//! use `tokio::time::sleep`, so tests under a paused clock stay instant.
+//! [`FakeLlm::wait_for_requests`] waits for a count and [`FakeLlm::wait_for_request`] for a
+//! matching request, both with a bound. [`RecordedRequest`] has helpers for the last user
+//! text, the system prompt and the offered tool names. Delays use `tokio::time::sleep`, so
+//! tests under a paused clock stay instant. [`parse_openai_stream`] and
+//! [`parse_anthropic_stream`] reassemble any SSE body of either dialect (the gateway's
+//! own `/v1/chat/completions` too).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -43,6 +46,12 @@
 //! // point the client at llm.base_url() ("http://127.0.0.1:PORT/v1") …
 //! let seen = llm.wait_for_requests(2, Duration::from_secs(5)).await.unwrap();
 //! assert_eq!(seen[0].model, "gpt-4o-mini");
+//! assert_eq!(seen[0].last_user_text(), "what is in notes.md?");
+//! let alice = llm
+//!     .wait_for_request(|r| r.last_user_text().contains("alice"), Duration::from_secs(5))
+//!     .await
+//!     .unwrap();
+//! assert!(alice.tool_names().contains(&"cron".to_owned()));
 //! # }
 //! ```
 
@@ -50,6 +59,7 @@ mod anthropic;
 mod openai;
 mod reply;
 mod server;
+pub mod sse;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -64,6 +74,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use reply::{Reply, ToolCall};
+pub use sse::{StreamedCompletion, StreamedToolCall, parse_anthropic_stream, parse_openai_stream};
 
 /// A custom default responder: gets the request body, returns the answer.
 pub type Responder = dyn Fn(&Value) -> Reply + Send + Sync;
@@ -376,6 +387,46 @@ impl FakeLlm {
             Ok(Err(_)) => Err("fake LLM: server state dropped".to_owned()),
             Err(_) => Err(format!(
                 "fake LLM: waited {timeout:?} for {n} request(s), got {}",
+                self.request_count()
+            )),
+        }
+    }
+
+    /// Waits until a recorded request satisfies `matches` and returns the first such one.
+    /// `matches` runs under the fake's lock: it must not call back into the fake.
+    ///
+    /// # Errors
+    /// A message when `timeout` elapses first (always, when recording is off).
+    pub async fn wait_for_request(
+        &self,
+        matches: impl Fn(&RecordedRequest) -> bool,
+        timeout: Duration,
+    ) -> Result<RecordedRequest, String> {
+        let mut rx = self.shared.count.subscribe();
+        let found = async {
+            loop {
+                // Mark the current count seen before looking, so no arrival is missed.
+                rx.borrow_and_update();
+                let hit = self
+                    .shared
+                    .lock()
+                    .requests
+                    .iter()
+                    .find(|r| matches(r))
+                    .cloned();
+                if let Some(request) = hit {
+                    return Some(request);
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, found).await {
+            Ok(Some(request)) => Ok(request),
+            Ok(None) => Err("fake LLM: server state dropped".to_owned()),
+            Err(_) => Err(format!(
+                "fake LLM: no matching request within {timeout:?} ({} received)",
                 self.request_count()
             )),
         }

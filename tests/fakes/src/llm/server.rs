@@ -168,6 +168,12 @@ async fn complete(
             StreamFault::Disconnect => disconnect = true,
         }
     }
+    if let (true, Rendering::Events(events)) = (reply.sse_comments, &mut rendered.body) {
+        let with_comments = std::mem::take(events)
+            .into_iter()
+            .flat_map(|event| [": keep-alive\n\n".to_owned(), event]);
+        *events = with_comments.collect();
+    }
     respond(rendered, reply.chunk_delay, id, disconnect)
 }
 
