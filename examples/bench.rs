@@ -88,11 +88,21 @@ async fn start_gateway(llm: &FakeLlm, extra: &str, envs: &[(&str, String)]) -> (
                 break;
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "gateway never became ready");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "gateway never became ready"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let ready = started.elapsed();
-    (Gateway { child, base, _dir: dir }, ready)
+    (
+        Gateway {
+            child,
+            base,
+            _dir: dir,
+        },
+        ready,
+    )
 }
 
 async fn one(http: &reqwest::Client, base: &str, user: &str, text: &str) -> Duration {

@@ -18,7 +18,11 @@ pub enum Decision {
 
 /// Whether `allow_from` names the sender (by id, or username with or without `@`), or `"*"`.
 pub fn listed(access: &Access, msg: &InboundMessage) -> bool {
-    let username = msg.sender.username.as_deref().map(|u| u.trim_start_matches('@'));
+    let username = msg
+        .sender
+        .username
+        .as_deref()
+        .map(|u| u.trim_start_matches('@'));
     access.allow_from.iter().any(|entry| {
         let e = entry.trim();
         e == "*"
@@ -80,28 +84,67 @@ mod tests {
     #[test]
     fn dm_policies() {
         let pairing = access(DmPolicy::Pairing, &["42", "@alice"], GroupPolicy::Mention);
-        assert_eq!(decide(&pairing, &msg("42", None, false, false), false), Decision::Allow);
-        assert_eq!(decide(&pairing, &msg("7", Some("Alice"), false, false), false), Decision::Allow);
-        assert_eq!(decide(&pairing, &msg("7", Some("bob"), false, false), false), Decision::Pair);
-        assert_eq!(decide(&pairing, &msg("7", Some("bob"), false, false), true), Decision::Allow);
+        assert_eq!(
+            decide(&pairing, &msg("42", None, false, false), false),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(&pairing, &msg("7", Some("Alice"), false, false), false),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(&pairing, &msg("7", Some("bob"), false, false), false),
+            Decision::Pair
+        );
+        assert_eq!(
+            decide(&pairing, &msg("7", Some("bob"), false, false), true),
+            Decision::Allow
+        );
         let allow = access(DmPolicy::Allowlist, &["alice"], GroupPolicy::Mention);
-        assert_eq!(decide(&allow, &msg("7", Some("bob"), false, false), false), Decision::Ignore);
-        assert_eq!(decide(&allow, &msg("7", Some("alice"), false, false), false), Decision::Allow);
+        assert_eq!(
+            decide(&allow, &msg("7", Some("bob"), false, false), false),
+            Decision::Ignore
+        );
+        assert_eq!(
+            decide(&allow, &msg("7", Some("alice"), false, false), false),
+            Decision::Allow
+        );
         let open = access(DmPolicy::Open, &[], GroupPolicy::Mention);
-        assert_eq!(decide(&open, &msg("7", None, false, false), false), Decision::Allow);
+        assert_eq!(
+            decide(&open, &msg("7", None, false, false), false),
+            Decision::Allow
+        );
         let star = access(DmPolicy::Allowlist, &["*"], GroupPolicy::Mention);
-        assert_eq!(decide(&star, &msg("7", None, false, false), false), Decision::Allow);
+        assert_eq!(
+            decide(&star, &msg("7", None, false, false), false),
+            Decision::Allow
+        );
     }
 
     #[test]
     fn group_policies_never_pair() {
         let a = access(DmPolicy::Pairing, &["42"], GroupPolicy::Mention);
-        assert_eq!(decide(&a, &msg("42", None, true, false), false), Decision::Ignore);
-        assert_eq!(decide(&a, &msg("42", None, true, true), false), Decision::Allow);
-        assert_eq!(decide(&a, &msg("7", None, true, true), false), Decision::Ignore);
+        assert_eq!(
+            decide(&a, &msg("42", None, true, false), false),
+            Decision::Ignore
+        );
+        assert_eq!(
+            decide(&a, &msg("42", None, true, true), false),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(&a, &msg("7", None, true, true), false),
+            Decision::Ignore
+        );
         let open = access(DmPolicy::Pairing, &["42"], GroupPolicy::Open);
-        assert_eq!(decide(&open, &msg("42", None, true, false), false), Decision::Allow);
+        assert_eq!(
+            decide(&open, &msg("42", None, true, false), false),
+            Decision::Allow
+        );
         let off = access(DmPolicy::Open, &["*"], GroupPolicy::Disabled);
-        assert_eq!(decide(&off, &msg("42", None, true, true), false), Decision::Ignore);
+        assert_eq!(
+            decide(&off, &msg("42", None, true, true), false),
+            Decision::Ignore
+        );
     }
 }

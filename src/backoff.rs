@@ -20,8 +20,13 @@ mod tests {
             let d = delay(attempt, Duration::from_secs(2), Duration::from_secs(600));
             let nominal = 2.0 * 2f64.powi(attempt as i32 - 1);
             let s = d.as_secs_f64();
-            assert!(s >= nominal * 0.8 - 1e-9 && s <= nominal * 1.2 + 1e-9, "{attempt}: {s}");
+            assert!(
+                s >= nominal * 0.8 - 1e-9 && s <= nominal * 1.2 + 1e-9,
+                "{attempt}: {s}"
+            );
         }
-        assert!(delay(30, Duration::from_secs(2), Duration::from_secs(60)) <= Duration::from_secs(72));
+        assert!(
+            delay(30, Duration::from_secs(2), Duration::from_secs(60)) <= Duration::from_secs(72)
+        );
     }
 }

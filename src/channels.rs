@@ -11,7 +11,10 @@ use crate::bus::ChannelRegistry;
 use crate::gateway::Shared;
 
 /// Register `ch` and run it until shutdown; a fatal error leaves it down with a reason.
-#[cfg_attr(not(any(feature = "telegram", feature = "discord", feature = "slack")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "telegram", feature = "discord", feature = "slack")),
+    allow(dead_code)
+)]
 fn launch(
     shared: &Arc<Shared>,
     registry: &ChannelRegistry,
@@ -58,7 +61,8 @@ pub fn start_all(
             (true, None) => off("telegram", format!("${} is not set", t.token_env)),
             (true, Some(token)) => {
                 let inbox = shared.config.gateway.workspace.join("inbox");
-                let mut cfg = switchboard_telegram::TelegramConfig::new(token, t.api_url.clone(), inbox);
+                let mut cfg =
+                    switchboard_telegram::TelegramConfig::new(token, t.api_url.clone(), inbox);
                 cfg.pacing = t.pacing;
                 match switchboard_telegram::TelegramChannel::new(cfg) {
                     Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),
@@ -68,7 +72,10 @@ pub fn start_all(
         }
     }
     #[cfg(not(feature = "telegram"))]
-    off("telegram", "this binary was built without the `telegram` feature".into());
+    off(
+        "telegram",
+        "this binary was built without the `telegram` feature".into(),
+    );
 
     #[cfg(feature = "discord")]
     {
@@ -86,7 +93,10 @@ pub fn start_all(
         }
     }
     #[cfg(not(feature = "discord"))]
-    off("discord", "this binary was built without the `discord` feature".into());
+    off(
+        "discord",
+        "this binary was built without the `discord` feature".into(),
+    );
 
     #[cfg(feature = "slack")]
     {
@@ -103,7 +113,10 @@ pub fn start_all(
                 if cfg.app_token.is_none() && cfg.signing_secret.is_none() {
                     off(
                         "slack",
-                        format!("neither ${} (Socket Mode) nor ${} (Events API) is set", s.app_token_env, s.signing_secret_env),
+                        format!(
+                            "neither ${} (Socket Mode) nor ${} (Events API) is set",
+                            s.app_token_env, s.signing_secret_env
+                        ),
                     );
                 } else {
                     match switchboard_slack::SlackChannel::new(cfg) {
@@ -119,6 +132,9 @@ pub fn start_all(
         }
     }
     #[cfg(not(feature = "slack"))]
-    off("slack", "this binary was built without the `slack` feature".into());
+    off(
+        "slack",
+        "this binary was built without the `slack` feature".into(),
+    );
     let _ = (registry, shutdown, tracker);
 }

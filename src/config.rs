@@ -317,5 +317,7 @@ pub fn secret(env_name: &str) -> Option<String> {
     if env_name.is_empty() {
         return None;
     }
-    std::env::var(env_name).ok().filter(|v| !v.trim().is_empty())
+    std::env::var(env_name)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
 }

@@ -93,7 +93,8 @@ impl Shared {
             is_owner: true,
         };
         let mut msg = InboundMessage::text(id, ChatKey::new("cli", "local"), sender, text);
-        msg.metadata.insert("join".into(), serde_json::Value::Bool(false));
+        msg.metadata
+            .insert("join".into(), serde_json::Value::Bool(false));
         self.cli.ask(&self.bus, msg, timeout).await.map(|r| r.text)
     }
 }
@@ -129,11 +130,15 @@ impl GatewaySink {
                 match access::decide(&access, &msg, approved) {
                     Decision::Allow => {}
                     Decision::Ignore => {
-                        self.metrics.ignored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.metrics
+                            .ignored
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return Ok(Published::Ignored);
                     }
                     Decision::Pair => {
-                        self.metrics.ignored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.metrics
+                            .ignored
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let code = pairing::code_for(store, &msg.key.channel, &msg.sender)
                             .await
                             .map_err(|e| err(&e))?;
@@ -146,7 +151,10 @@ impl GatewaySink {
                         );
                         let mut reply = OutboundMessage::new(msg.key.clone(), text);
                         reply.in_reply_to_inbound = Some(msg.id.clone());
-                        self.bus.send_direct(vec![reply]).await.map_err(|e| err(&e))?;
+                        self.bus
+                            .send_direct(vec![reply])
+                            .await
+                            .map_err(|e| err(&e))?;
                         return Ok(Published::Ignored);
                     }
                 }
@@ -217,8 +225,12 @@ pub async fn start(
     let started = Instant::now();
     let config = Arc::new(loaded.config.clone());
     let data_dir = config.gateway.data_dir.clone();
-    std::fs::create_dir_all(&config.gateway.workspace)
-        .map_err(|e| GatewayError::Setup(format!("cannot create the workspace {}: {e}", config.gateway.workspace.display())))?;
+    std::fs::create_dir_all(&config.gateway.workspace).map_err(|e| {
+        GatewayError::Setup(format!(
+            "cannot create the workspace {}: {e}",
+            config.gateway.workspace.display()
+        ))
+    })?;
     let store: Arc<dyn Store> = Arc::new(SledStore::open(&data_dir)?);
     let tracker = TaskTracker::new();
     let metrics = Arc::new(Metrics::default());
@@ -285,16 +297,23 @@ pub async fn start(
     }
     let (http_addr, admin_addr) = if opts.http {
         let http_addr = match config.gateway.http_addr() {
-            Some(addr) => Some(crate::http::serve(shared.clone(), addr, shutdown.clone(), &tracker).await?),
+            Some(addr) => {
+                Some(crate::http::serve(shared.clone(), addr, shutdown.clone(), &tracker).await?)
+            }
             None => None,
         };
-        let admin = crate::http::admin::serve(shared.clone(), &data_dir, shutdown.clone(), &tracker).await?;
+        let admin =
+            crate::http::admin::serve(shared.clone(), &data_dir, shutdown.clone(), &tracker)
+                .await?;
         (http_addr, Some(admin))
     } else {
         (None, None)
     };
 
-    let replayed = bus.replay().await.map_err(|e| GatewayError::Setup(e.to_string()))?;
+    let replayed = bus
+        .replay()
+        .await
+        .map_err(|e| GatewayError::Setup(e.to_string()))?;
     if replayed > 0 {
         tracing::info!("resuming {replayed} message(s) left unfinished by the last run");
     }
@@ -332,7 +351,10 @@ impl Running {
         self.shutdown.cancelled().await;
         tracing::info!("shutting down");
         self.tracker.close();
-        if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("some tasks did not stop in time; their messages stay in the inbox");
         }
         if let Err(e) = self.shared.store.flush().await {
@@ -355,7 +377,6 @@ pub async fn run(loaded: &Loaded, shutdown: CancellationToken) -> Result<(), Gat
     Ok(())
 }
 
-
 /// What the agent's `message` and `spawn` tools publish through.
 struct BusPublisher {
     bus: Arc<Bus>,
@@ -364,11 +385,18 @@ struct BusPublisher {
 #[async_trait]
 impl crate::agent::Publisher for BusPublisher {
     async fn publish(&self, msg: InboundMessage) -> Result<(), String> {
-        self.bus.publish(msg).await.map(|_| ()).map_err(|e| e.to_string())
+        self.bus
+            .publish(msg)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn send(&self, msg: OutboundMessage) -> Result<(), String> {
-        self.bus.send_direct(vec![msg]).await.map_err(|e| e.to_string())
+        self.bus
+            .send_direct(vec![msg])
+            .await
+            .map_err(|e| e.to_string())
     }
 
     fn known_key(&self, key: &ChatKey) -> bool {

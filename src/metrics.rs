@@ -41,7 +41,11 @@ impl Histogram {
         let count = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
         let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
-        let braces = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
         let _ = writeln!(out, "{name}_sum{braces} {sum}");
         let _ = writeln!(out, "{name}_count{braces} {count}");
     }
@@ -96,37 +100,129 @@ impl Metrics {
     /// Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let per_channel = |out: &mut String, name: &str, help: &str, map: &Mutex<BTreeMap<String, u64>>| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (ch, v) in map.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                let _ = writeln!(out, "{name}{{channel=\"{ch}\"}} {v}");
-            }
-        };
-        per_channel(&mut out, "switchboard_inbound_messages_total", "Inbound messages accepted, per channel.", &self.inbound);
-        per_channel(&mut out, "switchboard_outbound_messages_total", "Replies delivered, per channel.", &self.outbound);
-        per_channel(&mut out, "switchboard_outbound_failures_total", "Replies that could not be delivered, per channel.", &self.outbound_failed);
+        let per_channel =
+            |out: &mut String, name: &str, help: &str, map: &Mutex<BTreeMap<String, u64>>| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+                for (ch, v) in map.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    let _ = writeln!(out, "{name}{{channel=\"{ch}\"}} {v}");
+                }
+            };
+        per_channel(
+            &mut out,
+            "switchboard_inbound_messages_total",
+            "Inbound messages accepted, per channel.",
+            &self.inbound,
+        );
+        per_channel(
+            &mut out,
+            "switchboard_outbound_messages_total",
+            "Replies delivered, per channel.",
+            &self.outbound,
+        );
+        per_channel(
+            &mut out,
+            "switchboard_outbound_failures_total",
+            "Replies that could not be delivered, per channel.",
+            &self.outbound_failed,
+        );
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         for (name, kind, help, v) in [
-            ("switchboard_duplicates_total", "counter", "Inbound messages dropped as redeliveries.", load(&self.duplicates)),
-            ("switchboard_ignored_total", "counter", "Inbound messages dropped by access policy.", load(&self.ignored)),
-            ("switchboard_turns_total", "counter", "Agent turns completed.", load(&self.turns)),
-            ("switchboard_turns_failed_total", "counter", "Agent turns that ended in an error reply.", load(&self.turns_failed)),
-            ("switchboard_llm_requests_total", "counter", "LLM requests sent.", load(&self.llm_requests)),
-            ("switchboard_llm_errors_total", "counter", "LLM requests that failed.", load(&self.llm_errors)),
-            ("switchboard_llm_prompt_tokens_total", "counter", "Prompt tokens reported by the LLM.", load(&self.llm_prompt_tokens)),
-            ("switchboard_llm_completion_tokens_total", "counter", "Completion tokens reported by the LLM.", load(&self.llm_completion_tokens)),
-            ("switchboard_queue_depth", "gauge", "Messages waiting for their chat's turn.", load(&self.queue_depth)),
-            ("switchboard_active_workers", "gauge", "Chats with work in progress.", load(&self.active_workers)),
-            ("switchboard_running_turns", "gauge", "Turns running now.", load(&self.running_turns)),
-            ("switchboard_cron_runs_total", "counter", "Scheduled jobs fired.", load(&self.cron_runs)),
-            ("switchboard_cron_failures_total", "counter", "Scheduled jobs that failed.", load(&self.cron_failures)),
+            (
+                "switchboard_duplicates_total",
+                "counter",
+                "Inbound messages dropped as redeliveries.",
+                load(&self.duplicates),
+            ),
+            (
+                "switchboard_ignored_total",
+                "counter",
+                "Inbound messages dropped by access policy.",
+                load(&self.ignored),
+            ),
+            (
+                "switchboard_turns_total",
+                "counter",
+                "Agent turns completed.",
+                load(&self.turns),
+            ),
+            (
+                "switchboard_turns_failed_total",
+                "counter",
+                "Agent turns that ended in an error reply.",
+                load(&self.turns_failed),
+            ),
+            (
+                "switchboard_llm_requests_total",
+                "counter",
+                "LLM requests sent.",
+                load(&self.llm_requests),
+            ),
+            (
+                "switchboard_llm_errors_total",
+                "counter",
+                "LLM requests that failed.",
+                load(&self.llm_errors),
+            ),
+            (
+                "switchboard_llm_prompt_tokens_total",
+                "counter",
+                "Prompt tokens reported by the LLM.",
+                load(&self.llm_prompt_tokens),
+            ),
+            (
+                "switchboard_llm_completion_tokens_total",
+                "counter",
+                "Completion tokens reported by the LLM.",
+                load(&self.llm_completion_tokens),
+            ),
+            (
+                "switchboard_queue_depth",
+                "gauge",
+                "Messages waiting for their chat's turn.",
+                load(&self.queue_depth),
+            ),
+            (
+                "switchboard_active_workers",
+                "gauge",
+                "Chats with work in progress.",
+                load(&self.active_workers),
+            ),
+            (
+                "switchboard_running_turns",
+                "gauge",
+                "Turns running now.",
+                load(&self.running_turns),
+            ),
+            (
+                "switchboard_cron_runs_total",
+                "counter",
+                "Scheduled jobs fired.",
+                load(&self.cron_runs),
+            ),
+            (
+                "switchboard_cron_failures_total",
+                "counter",
+                "Scheduled jobs that failed.",
+                load(&self.cron_failures),
+            ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
         }
-        let _ = writeln!(out, "# HELP switchboard_turn_duration_seconds Time from turn start to replies recorded.\n# TYPE switchboard_turn_duration_seconds histogram");
-        self.turn_latency.render("switchboard_turn_duration_seconds", "", &mut out);
-        let _ = writeln!(out, "# HELP switchboard_cron_lateness_seconds Fire time minus due time.\n# TYPE switchboard_cron_lateness_seconds histogram");
-        self.cron_lateness.render("switchboard_cron_lateness_seconds", "", &mut out);
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_turn_duration_seconds Time from turn start to replies recorded.\n# TYPE switchboard_turn_duration_seconds histogram"
+        );
+        self.turn_latency
+            .render("switchboard_turn_duration_seconds", "", &mut out);
+        let _ = writeln!(
+            out,
+            "# HELP switchboard_cron_lateness_seconds Fire time minus due time.\n# TYPE switchboard_cron_lateness_seconds histogram"
+        );
+        self.cron_lateness
+            .render("switchboard_cron_lateness_seconds", "", &mut out);
         out
     }
 }

@@ -58,11 +58,17 @@ fn k(kind: &str, channel: &str, id: &str) -> Vec<u8> {
 }
 
 pub fn is_approved(store: &dyn Store, channel: &str, sender_id: &str) -> Result<bool, StoreError> {
-    Ok(store.get(Tree::Pairing, &k("approved", channel, sender_id))?.is_some())
+    Ok(store
+        .get(Tree::Pairing, &k("approved", channel, sender_id))?
+        .is_some())
 }
 
 /// The sender's live code, creating one when it has none (or it expired).
-pub async fn code_for(store: &dyn Store, channel: &str, sender: &Sender) -> Result<String, StoreError> {
+pub async fn code_for(
+    store: &dyn Store,
+    channel: &str,
+    sender: &Sender,
+) -> Result<String, StoreError> {
     let now = Utc::now();
     if let Some(code) = store.get(Tree::Pairing, &k("sender", channel, &sender.id))? {
         let code = String::from_utf8_lossy(&code).into_owned();
@@ -82,15 +88,27 @@ pub async fn code_for(store: &dyn Store, channel: &str, sender: &Sender) -> Resu
         expires_at: now + CODE_TTL,
     };
     let mut b = Batch::default();
-    b.put(Tree::Pairing, k("code", channel, &code), serde_json::to_vec(&req).unwrap_or_default());
-    b.put(Tree::Pairing, k("sender", channel, &sender.id), code.clone());
+    b.put(
+        Tree::Pairing,
+        k("code", channel, &code),
+        serde_json::to_vec(&req).unwrap_or_default(),
+    );
+    b.put(
+        Tree::Pairing,
+        k("sender", channel, &sender.id),
+        code.clone(),
+    );
     store.apply(b)?;
     store.flush().await?;
     Ok(code)
 }
 
 /// Approve a pending code.
-pub async fn approve(store: &dyn Store, channel: &str, code: &str) -> Result<Approved, PairingError> {
+pub async fn approve(
+    store: &dyn Store,
+    channel: &str,
+    code: &str,
+) -> Result<Approved, PairingError> {
     let code = code.trim().to_uppercase();
     let unknown = || PairingError::UnknownCode {
         channel: channel.to_string(),
@@ -123,12 +141,18 @@ pub async fn approve(store: &dyn Store, channel: &str, code: &str) -> Result<App
 }
 
 /// Revoke an approval by user id or username.
-pub async fn revoke(store: &dyn Store, channel: &str, user: &str) -> Result<Approved, PairingError> {
+pub async fn revoke(
+    store: &dyn Store,
+    channel: &str,
+    user: &str,
+) -> Result<Approved, PairingError> {
     let user_l = user.trim().trim_start_matches('@').to_lowercase();
     let found = list(store)?.1.into_iter().find(|a| {
         a.channel == channel
             && (a.sender_id == user.trim()
-                || a.username.as_deref().is_some_and(|u| u.to_lowercase() == user_l))
+                || a.username
+                    .as_deref()
+                    .is_some_and(|u| u.to_lowercase() == user_l))
     });
     let a = found.ok_or_else(|| PairingError::UnknownUser {
         channel: channel.to_string(),
@@ -187,8 +211,13 @@ mod tests {
         let c2 = code_for(&store, "telegram", &s).await.unwrap();
         assert_eq!(c1, c2, "a live code is reused");
         assert!(!is_approved(&store, "telegram", "77").unwrap());
-        assert!(matches!(approve(&store, "discord", &c1).await, Err(PairingError::UnknownCode { .. })));
-        approve(&store, "telegram", &c1.to_lowercase()).await.unwrap();
+        assert!(matches!(
+            approve(&store, "discord", &c1).await,
+            Err(PairingError::UnknownCode { .. })
+        ));
+        approve(&store, "telegram", &c1.to_lowercase())
+            .await
+            .unwrap();
         assert!(is_approved(&store, "telegram", "77").unwrap());
         assert!(list(&store).unwrap().0.is_empty());
         revoke(&store, "telegram", "@Bob").await.unwrap();

@@ -37,10 +37,21 @@ async fn api_round_trip_and_session_continuity() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["role"].as_str().unwrap().to_string(), m["content"].as_str().unwrap_or("").to_string()))
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap_or("").to_string(),
+            )
+        })
         .collect();
-    assert!(history.contains(&("user".into(), "Hi, I'm Ada".into())), "{history:?}");
-    assert!(history.contains(&("assistant".into(), "Nice to meet you, Ada.".into())), "{history:?}");
+    assert!(
+        history.contains(&("user".into(), "Hi, I'm Ada".into())),
+        "{history:?}"
+    );
+    assert!(
+        history.contains(&("assistant".into(), "Nice to meet you, Ada.".into())),
+        "{history:?}"
+    );
     // Another user has their own session.
     ask(&base, "bob", "hello").await;
     let reqs = llm.wait_for_requests(3, WAIT).await.unwrap();
@@ -64,7 +75,12 @@ async fn api_streams_server_sent_events() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    assert!(resp.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
     let mut body = String::new();
     let mut s = resp.bytes_stream();
     while let Some(chunk) = s.next().await {
@@ -103,23 +119,49 @@ async fn malformed_api_requests_get_clear_errors() {
         ("{not json", "malformed JSON"),
         ("[]", "JSON object"),
         ("{\"messages\": []}", "role `user`"),
-        ("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "no text"),
+        (
+            "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
+            "no text",
+        ),
     ] {
-        let r = http.post(&url).header("content-type", "application/json").body(body).send().await.unwrap();
+        let r = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 400, "{body}");
         let v: serde_json::Value = r.json().await.unwrap();
-        assert!(v["error"]["message"].as_str().unwrap().contains(want), "{body}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(want),
+            "{body}: {v}"
+        );
     }
     assert_eq!(llm.request_count(), 0);
     // The gateway still answers.
-    assert_eq!(reply_text(&ask(&base(&running), "u", "still there?").await), "echo: still there?");
+    assert_eq!(
+        reply_text(&ask(&base(&running), "u", "still there?").await),
+        "echo: still there?"
+    );
     shutdown.cancel();
     running.stopped().await;
 }
 
 fn inbound(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
-    let mut m = InboundMessage::text(id, key.clone(), Sender { id: "u".into(), username: None, display_name: "U".into(), is_owner: false }, text);
-    m.metadata.insert("join".into(), serde_json::Value::Bool(false));
+    let mut m = InboundMessage::text(
+        id,
+        key.clone(),
+        Sender {
+            id: "u".into(),
+            username: None,
+            display_name: "U".into(),
+            is_owner: false,
+        },
+        text,
+    );
+    m.metadata
+        .insert("join".into(), serde_json::Value::Bool(false));
     m
 }
 
@@ -135,7 +177,10 @@ async fn per_key_order_with_cross_key_parallelism() {
     for k in 0..50 {
         let key = ChatKey::new("test", format!("chat{k}"));
         for i in 0..3 {
-            let r = inbound_tx.publish(inbound(&format!("m-{k}-{i}"), &key, &format!("k{k} m{i}"))).await.unwrap();
+            let r = inbound_tx
+                .publish(inbound(&format!("m-{k}-{i}"), &key, &format!("k{k} m{i}")))
+                .await
+                .unwrap();
             assert_eq!(r, Published::Accepted);
         }
     }
@@ -149,7 +194,14 @@ async fn per_key_order_with_cross_key_parallelism() {
             .filter(|m| m.key.chat_id == format!("chat{k}"))
             .map(|m| m.text.clone())
             .collect();
-        assert_eq!(texts, vec![format!("echo: k{k} m0"), format!("echo: k{k} m1"), format!("echo: k{k} m2")]);
+        assert_eq!(
+            texts,
+            vec![
+                format!("echo: k{k} m0"),
+                format!("echo: k{k} m1"),
+                format!("echo: k{k} m2")
+            ]
+        );
     }
     // Workers are dropped once their chats are idle.
     let deadline = Instant::now() + WAIT;
@@ -171,7 +223,19 @@ async fn waiting_messages_are_joined_into_the_next_turn() {
     let tx = running.inbound();
     let key = ChatKey::new("test", "j");
     llm.push(Reply::text("first").with_delay(Duration::from_millis(500)));
-    let mk = |id: &str, t: &str| InboundMessage::text(id, key.clone(), Sender { id: "u".into(), username: None, display_name: "U".into(), is_owner: false }, t);
+    let mk = |id: &str, t: &str| {
+        InboundMessage::text(
+            id,
+            key.clone(),
+            Sender {
+                id: "u".into(),
+                username: None,
+                display_name: "U".into(),
+                is_owner: false,
+            },
+            t,
+        )
+    };
     tx.publish(mk("j1", "one")).await.unwrap();
     llm.wait_for_requests(1, WAIT).await.unwrap();
     tx.publish(mk("j2", "two")).await.unwrap();
@@ -194,12 +258,18 @@ async fn the_same_inbound_id_is_processed_once() {
     let (running, shutdown) = env.start(with_test_channel(&ch)).await;
     let tx = running.inbound();
     let key = ChatKey::new("test", "d");
-    let (a, b) = tokio::join!(tx.publish(inbound("dup-1", &key, "hello")), tx.publish(inbound("dup-1", &key, "hello")));
+    let (a, b) = tokio::join!(
+        tx.publish(inbound("dup-1", &key, "hello")),
+        tx.publish(inbound("dup-1", &key, "hello"))
+    );
     let mut outcomes = vec![a.unwrap(), b.unwrap()];
     outcomes.sort_by_key(|p| format!("{p:?}"));
     assert_eq!(outcomes, vec![Published::Accepted, Published::Duplicate]);
     ch.wait_for(1, WAIT).await;
-    assert_eq!(tx.publish(inbound("dup-1", &key, "hello")).await.unwrap(), Published::Duplicate);
+    assert_eq!(
+        tx.publish(inbound("dup-1", &key, "hello")).await.unwrap(),
+        Published::Duplicate
+    );
     tx.publish(inbound("dup-2", &key, "next")).await.unwrap();
     let sent = ch.wait_for(2, WAIT).await;
     assert_eq!(sent.len(), 2);
@@ -232,9 +302,15 @@ async fn llm_failures_give_a_clear_error_reply_and_the_gateway_lives() {
     let started = Instant::now();
     let text = reply_text(&ask(&base(&running), "u", "hello?").await);
     assert!(text.contains("couldn't get an answer"), "{text}");
-    assert!(started.elapsed() >= Duration::from_millis(1500), "backoff before the retry");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "backoff before the retry"
+    );
     assert_eq!(llm.request_count(), 2);
-    assert_eq!(reply_text(&ask(&base(&running), "u", "again").await), "echo: again");
+    assert_eq!(
+        reply_text(&ask(&base(&running), "u", "again").await),
+        "echo: again"
+    );
     shutdown.cancel();
     running.stopped().await;
 }
@@ -246,16 +322,40 @@ async fn health_ready_and_metrics() {
     let (running, shutdown) = env.start(Default::default()).await;
     let base = base(&running);
     let http = reqwest::Client::new();
-    assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
-    assert_eq!(http.get(format!("{base}/readyz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        http.get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        http.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     running.shared.health.set("telegram", false, "connecting");
     let r = http.get(format!("{base}/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 503);
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["not_ready"]["telegram"], "connecting");
     ask(&base, "m", "count me").await;
-    let text = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(text.contains("switchboard_inbound_messages_total{channel=\"api\"} 1"), "{text}");
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("switchboard_inbound_messages_total{channel=\"api\"} 1"),
+        "{text}"
+    );
     assert!(text.contains("switchboard_turns_total 1"));
     assert!(text.contains("switchboard_turn_duration_seconds_count 1"));
     shutdown.cancel();

@@ -19,7 +19,11 @@ const WAIT: Duration = Duration::from_secs(30);
 fn fire(base: String, user: &str, text: &str) {
     let body = serde_json::json!({"model": "x", "user": user, "messages": [{"role": "user", "content": text}]});
     tokio::spawn(async move {
-        let _ = reqwest::Client::new().post(format!("{base}/v1/chat/completions")).json(&body).send().await;
+        let _ = reqwest::Client::new()
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await;
     });
 }
 
@@ -31,10 +35,16 @@ fn http_base(env: &Env) -> String {
 }
 
 fn env_with_port(llm: &FakeLlm) -> Env {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let env = Env::new(&llm.base_url(), "");
     let path = env.config_path();
-    let text = std::fs::read_to_string(&path).unwrap().replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
     std::fs::write(path, text).unwrap();
     env
 }
@@ -64,7 +74,11 @@ async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
     let (status, _) = gw.wait_exit(WAIT);
     assert!(status.success());
     let s = session_of(&env, "api:crash");
-    let users = s.messages.iter().filter(|m| m.content == "remember the milk").count();
+    let users = s
+        .messages
+        .iter()
+        .filter(|m| m.content == "remember the milk")
+        .count();
     assert_eq!(users, 1, "{:?}", s.messages);
     assert_eq!(s.messages.len(), 2);
     {
@@ -97,7 +111,11 @@ async fn sigterm_exits_zero_within_ten_seconds_and_keeps_in_flight_work() {
     assert!(logs.contains("stopped"), "{logs}");
     {
         let store: Arc<dyn Store> = Arc::new(SledStore::open(&env.data_dir()).unwrap());
-        assert_eq!(store.len(Tree::Inbox), 1, "the in-flight message is persisted");
+        assert_eq!(
+            store.len(Tree::Inbox),
+            1,
+            "the in-flight message is persisted"
+        );
     }
     let mut gw = env.spawn();
     gw.wait_admin(WAIT);
@@ -128,10 +146,22 @@ fn config_check(toml: &str) -> (bool, String, String) {
 #[test]
 fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
     for (toml, want) in [
-        ("[agent]\nmax_iterations = \"many\"\n", "agent.max_iterations: expected an integer"),
-        ("[gateway]\ntimezone = \"Mars/Olympus\"\n", "gateway.timezone: unknown timezone"),
-        ("[llm]\nrequest_timeout = \"forever\"\n", "llm.request_timeout: expected a duration"),
-        ("[channels.slack]\ngroup_policy = \"sometimes\"\n", "channels.slack.group_policy"),
+        (
+            "[agent]\nmax_iterations = \"many\"\n",
+            "agent.max_iterations: expected an integer",
+        ),
+        (
+            "[gateway]\ntimezone = \"Mars/Olympus\"\n",
+            "gateway.timezone: unknown timezone",
+        ),
+        (
+            "[llm]\nrequest_timeout = \"forever\"\n",
+            "llm.request_timeout: expected a duration",
+        ),
+        (
+            "[channels.slack]\ngroup_policy = \"sometimes\"\n",
+            "channels.slack.group_policy",
+        ),
         ("[heartbeat]\ninterval = 5\n", "heartbeat.interval"),
     ] {
         let (ok, _, err) = config_check(toml);
@@ -140,7 +170,10 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
     }
     let (ok, out, _) = config_check("[agent]\nmax_iteratons = 3\n");
     assert!(ok);
-    assert!(out.contains("unknown config key `agent.max_iteratons`") && out.contains("max_iterations"), "{out}");
+    assert!(
+        out.contains("unknown config key `agent.max_iteratons`") && out.contains("max_iterations"),
+        "{out}"
+    );
     let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
     let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
         .arg("--config")
@@ -148,6 +181,13 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
         .args(["config", "check"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("warning"), "the shipped config has no unknown keys");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("warning"),
+        "the shipped config has no unknown keys"
+    );
 }

@@ -169,7 +169,11 @@ impl Bus {
         let body = serde_json::to_vec(&msg).map_err(|e| BusError::Encode(e.to_string()))?;
         let mut batch = Batch::default();
         batch.require_absent(Tree::Seen, seen_key(&msg.id));
-        batch.put(Tree::Seen, seen_key(&msg.id), now_secs().to_be_bytes().to_vec());
+        batch.put(
+            Tree::Seen,
+            seen_key(&msg.id),
+            now_secs().to_be_bytes().to_vec(),
+        );
         batch.put(Tree::Inbox, seq.to_be_bytes().to_vec(), body);
         if self.store.apply(batch)? == Applied::Conflict {
             self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
@@ -189,7 +193,11 @@ impl Bus {
     async fn stop(self: &Arc<Self>, msg: InboundMessage) -> Result<Published, BusError> {
         let mut batch = Batch::default();
         batch.require_absent(Tree::Seen, seen_key(&msg.id));
-        batch.put(Tree::Seen, seen_key(&msg.id), now_secs().to_be_bytes().to_vec());
+        batch.put(
+            Tree::Seen,
+            seen_key(&msg.id),
+            now_secs().to_be_bytes().to_vec(),
+        );
         if self.store.apply(batch)? == Applied::Conflict {
             return Ok(Published::Duplicate);
         }
@@ -210,14 +218,22 @@ impl Bus {
         };
         let mut reply = OutboundMessage::new(msg.key.clone(), text);
         reply.in_reply_to_inbound = Some(msg.id.clone());
-        reply.reply_to = msg.metadata.get("message_id").and_then(|v| v.as_str()).map(String::from);
-        self.outbox.record_and_deliver(vec![reply], Batch::default()).await?;
+        reply.reply_to = msg
+            .metadata
+            .get("message_id")
+            .and_then(|v| v.as_str())
+            .map(String::from);
+        self.outbox
+            .record_and_deliver(vec![reply], Batch::default())
+            .await?;
         Ok(Published::Accepted)
     }
 
     /// Send replies that did not come from a turn (pairing codes, notices), durably.
     pub async fn send_direct(&self, replies: Vec<OutboundMessage>) -> Result<(), BusError> {
-        self.outbox.record_and_deliver(replies, Batch::default()).await?;
+        self.outbox
+            .record_and_deliver(replies, Batch::default())
+            .await?;
         Ok(())
     }
 
@@ -340,7 +356,9 @@ impl Bus {
         let cutoff = now_secs().saturating_sub(SEEN_RETENTION.as_secs());
         let mut batch = Batch::default();
         for (k, v) in self.store.scan(Tree::Seen, &[])? {
-            let at = <[u8; 8]>::try_from(v.as_slice()).map(u64::from_be_bytes).unwrap_or(0);
+            let at = <[u8; 8]>::try_from(v.as_slice())
+                .map(u64::from_be_bytes)
+                .unwrap_or(0);
             if at < cutoff {
                 batch.delete(Tree::Seen, k);
             }

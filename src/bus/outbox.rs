@@ -64,7 +64,8 @@ impl Outbox {
         let mut entries = Vec::with_capacity(replies.len());
         for reply in replies {
             let seq = self.store.next_id()?;
-            let body = serde_json::to_vec(&reply).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let body =
+                serde_json::to_vec(&reply).map_err(|e| StoreError::Backend(e.to_string()))?;
             writes.put(Tree::Outbox, seq.to_be_bytes().to_vec(), body);
             entries.push((seq, reply));
         }
@@ -118,7 +119,11 @@ impl Outbox {
         }
     }
 
-    async fn send_with_retries(&self, ch: &dyn Channel, msg: &OutboundMessage) -> Result<(), SendError> {
+    async fn send_with_retries(
+        &self,
+        ch: &dyn Channel,
+        msg: &OutboundMessage,
+    ) -> Result<(), SendError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -128,7 +133,11 @@ impl Outbox {
                 Err(e) if attempt >= MAX_ATTEMPTS => return Err(e),
                 Err(SendError::RetryAfter(d)) => d.min(MAX_RETRY_AFTER),
                 Err(SendError::Transient(e)) => {
-                    let d = crate::backoff::delay(attempt, Duration::from_millis(500), Duration::from_secs(60));
+                    let d = crate::backoff::delay(
+                        attempt,
+                        Duration::from_millis(500),
+                        Duration::from_secs(60),
+                    );
                     tracing::warn!(key = %msg.key, "send failed (attempt {attempt}), retrying in {d:?}: {e}");
                     d
                 }

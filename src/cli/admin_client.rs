@@ -51,19 +51,32 @@ impl Target {
         }
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
         let Target::Remote { base, token, http } = self else {
             bail!("not connected to a gateway");
         };
-        let mut rb = http.request(method, format!("{base}{path}")).bearer_auth(token);
+        let mut rb = http
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(token);
         if let Some(b) = body {
             rb = rb.json(&b);
         }
-        let resp = rb.send().await.map_err(|e| anyhow!("admin API: {}", e.without_url()))?;
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| anyhow!("admin API: {}", e.without_url()))?;
         let status = resp.status();
         let v: Value = resp.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            let msg = v.get("error").and_then(Value::as_str).unwrap_or("request failed");
+            let msg = v
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("request failed");
             bail!("{msg}");
         }
         Ok(v)

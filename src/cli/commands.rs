@@ -22,15 +22,16 @@ pub fn cancel_on_signals(token: CancellationToken) {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!("cannot listen for SIGTERM: {e}");
-                    let _ = ctrl_c.await;
-                    token.cancel();
-                    return;
-                }
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!("cannot listen for SIGTERM: {e}");
+                        let _ = ctrl_c.await;
+                        token.cancel();
+                        return;
+                    }
+                };
             tokio::select! {
                 _ = ctrl_c => {}
                 _ = term.recv() => {}
@@ -143,49 +144,101 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
             problems += 1;
         }
     };
-    report(true, "config", loaded.path.as_ref().map_or("built-in defaults".into(), |p| p.display().to_string()));
+    report(
+        true,
+        "config",
+        loaded
+            .path
+            .as_ref()
+            .map_or("built-in defaults".into(), |p| p.display().to_string()),
+    );
     for w in &loaded.warnings {
         report(false, "config warning", w.clone());
     }
-    let data_ok = std::fs::create_dir_all(&c.gateway.data_dir).is_ok()
-        && tempfile_in(&c.gateway.data_dir);
-    report(data_ok, "data dir", c.gateway.data_dir.display().to_string());
+    let data_ok =
+        std::fs::create_dir_all(&c.gateway.data_dir).is_ok() && tempfile_in(&c.gateway.data_dir);
+    report(
+        data_ok,
+        "data dir",
+        c.gateway.data_dir.display().to_string(),
+    );
     match Target::find(c).await {
-        Ok(Target::Remote { .. }) => report(true, "store", "a gateway is running and answering".into()),
+        Ok(Target::Remote { .. }) => {
+            report(true, "store", "a gateway is running and answering".into())
+        }
         Ok(Target::Local(_)) => report(true, "store", "opens".into()),
         Err(e) => report(false, "store", format!("{e:#}")),
     }
     let ws_ok = std::fs::create_dir_all(&c.gateway.workspace).is_ok();
-    report(ws_ok, "workspace", c.gateway.workspace.display().to_string());
+    report(
+        ws_ok,
+        "workspace",
+        c.gateway.workspace.display().to_string(),
+    );
     let key = secret(&c.llm.api_key_env);
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
     let mut rb = http.get(format!("{}/models", c.llm.base_url.trim_end_matches('/')));
     if let Some(k) = &key {
         rb = rb.bearer_auth(k).header("x-api-key", k);
     }
     match rb.send().await {
-        Ok(r) if r.status().is_success() => report(true, "llm", format!("{} answers", c.llm.base_url)),
-        Ok(r) => report(false, "llm", format!("{} answered HTTP {}", c.llm.base_url, r.status().as_u16())),
-        Err(e) => report(false, "llm", format!("{} unreachable: {}", c.llm.base_url, e.without_url())),
+        Ok(r) if r.status().is_success() => {
+            report(true, "llm", format!("{} answers", c.llm.base_url))
+        }
+        Ok(r) => report(
+            false,
+            "llm",
+            format!("{} answered HTTP {}", c.llm.base_url, r.status().as_u16()),
+        ),
+        Err(e) => report(
+            false,
+            "llm",
+            format!("{} unreachable: {}", c.llm.base_url, e.without_url()),
+        ),
     }
     if key.is_none() {
-        report(false, "llm key", format!("${} is not set", c.llm.api_key_env));
+        report(
+            false,
+            "llm key",
+            format!("${} is not set", c.llm.api_key_env),
+        );
     }
     let ch = &c.channels;
     for (name, enabled, vars) in [
-        ("telegram", ch.telegram.enabled, vec![ch.telegram.token_env.as_str()]),
-        ("discord", ch.discord.enabled, vec![ch.discord.token_env.as_str()]),
-        ("slack", ch.slack.enabled, vec![ch.slack.bot_token_env.as_str()]),
+        (
+            "telegram",
+            ch.telegram.enabled,
+            vec![ch.telegram.token_env.as_str()],
+        ),
+        (
+            "discord",
+            ch.discord.enabled,
+            vec![ch.discord.token_env.as_str()],
+        ),
+        (
+            "slack",
+            ch.slack.enabled,
+            vec![ch.slack.bot_token_env.as_str()],
+        ),
     ] {
         if !enabled {
             println!("off  {name}: disabled in the config");
             continue;
         }
-        let missing: Vec<&str> = vars.iter().copied().filter(|v| secret(v).is_none()).collect();
+        let missing: Vec<&str> = vars
+            .iter()
+            .copied()
+            .filter(|v| secret(v).is_none())
+            .collect();
         if missing.is_empty() {
             report(true, name, "credentials set".into());
         } else {
-            println!("off  {name}: ${} not set, so the channel stays off", missing.join(", $"));
+            println!(
+                "off  {name}: ${} not set, so the channel stays off",
+                missing.join(", $")
+            );
         }
     }
     if problems > 0 {
@@ -217,24 +270,54 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
             };
             println!("pending:");
             for p in pending.as_array().into_iter().flatten() {
-                println!("  {} {} from {} ({}) until {}", p["channel"].as_str().unwrap_or(""), p["code"].as_str().unwrap_or(""), p["display_name"].as_str().unwrap_or(""), p["sender_id"].as_str().unwrap_or(""), p["expires_at"].as_str().unwrap_or(""));
+                println!(
+                    "  {} {} from {} ({}) until {}",
+                    p["channel"].as_str().unwrap_or(""),
+                    p["code"].as_str().unwrap_or(""),
+                    p["display_name"].as_str().unwrap_or(""),
+                    p["sender_id"].as_str().unwrap_or(""),
+                    p["expires_at"].as_str().unwrap_or("")
+                );
             }
             println!("approved:");
             for a in approved.as_array().into_iter().flatten() {
-                println!("  {} {} ({})", a["channel"].as_str().unwrap_or(""), a["display_name"].as_str().unwrap_or(""), a["sender_id"].as_str().unwrap_or(""));
+                println!(
+                    "  {} {} ({})",
+                    a["channel"].as_str().unwrap_or(""),
+                    a["display_name"].as_str().unwrap_or(""),
+                    a["sender_id"].as_str().unwrap_or("")
+                );
             }
         }
         PairingAction::Approve { channel, code } => {
             let who = match &target {
-                Target::Remote { .. } => target.post("/admin/pairing/approve", json!({"channel": channel, "code": code})).await?,
-                Target::Local(store) => json!(pairing::approve(store.as_ref(), &channel, &code).await?),
+                Target::Remote { .. } => {
+                    target
+                        .post(
+                            "/admin/pairing/approve",
+                            json!({"channel": channel, "code": code}),
+                        )
+                        .await?
+                }
+                Target::Local(store) => {
+                    json!(pairing::approve(store.as_ref(), &channel, &code).await?)
+                }
             };
-            println!("approved {} ({}) on {channel}", who["display_name"].as_str().unwrap_or(""), who["sender_id"].as_str().unwrap_or(""));
+            println!(
+                "approved {} ({}) on {channel}",
+                who["display_name"].as_str().unwrap_or(""),
+                who["sender_id"].as_str().unwrap_or("")
+            );
         }
         PairingAction::Revoke { channel, user } => {
             match &target {
                 Target::Remote { .. } => {
-                    target.post("/admin/pairing/revoke", json!({"channel": channel, "user": user})).await?;
+                    target
+                        .post(
+                            "/admin/pairing/revoke",
+                            json!({"channel": channel, "user": user}),
+                        )
+                        .await?;
                 }
                 Target::Local(store) => {
                     pairing::revoke(store.as_ref(), &channel, &user).await?;
@@ -251,7 +334,9 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
     match action {
         SessionsAction::List => {
             let keys: Vec<(String, usize)> = match &target {
-                Target::Remote { .. } => serde_json::from_value(target.get("/admin/sessions").await?)?,
+                Target::Remote { .. } => {
+                    serde_json::from_value(target.get("/admin/sessions").await?)?
+                }
                 Target::Local(store) => Session::keys(store.as_ref())?,
             };
             for (k, n) in keys {
@@ -261,21 +346,37 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
         SessionsAction::Show { key } => {
             let key: ChatKey = key.parse().context("sessions show")?;
             let session: Value = match &target {
-                Target::Remote { .. } => target.get(&format!("/admin/session?key={}", urlencode(&key.to_string()))).await?,
+                Target::Remote { .. } => {
+                    target
+                        .get(&format!(
+                            "/admin/session?key={}",
+                            urlencode(&key.to_string())
+                        ))
+                        .await?
+                }
                 Target::Local(store) => json!(Session::load(store.as_ref(), &key)?),
             };
             if let Some(s) = session["summary"].as_str() {
                 println!("[summary] {s}\n");
             }
             for m in session["messages"].as_array().into_iter().flatten() {
-                println!("{}: {}", m["role"].as_str().unwrap_or("?"), m["content"].as_str().unwrap_or(""));
+                println!(
+                    "{}: {}",
+                    m["role"].as_str().unwrap_or("?"),
+                    m["content"].as_str().unwrap_or("")
+                );
             }
         }
         SessionsAction::Reset { key } => {
             let key: ChatKey = key.parse().context("sessions reset")?;
             match &target {
                 Target::Remote { .. } => {
-                    target.delete(&format!("/admin/session?key={}", urlencode(&key.to_string()))).await?;
+                    target
+                        .delete(&format!(
+                            "/admin/session?key={}",
+                            urlencode(&key.to_string())
+                        ))
+                        .await?;
                 }
                 Target::Local(store) => {
                     let mut b = Batch::default();

@@ -13,7 +13,11 @@ use crate::config::{self, ConfigError, Loaded};
 
 /// Command-line arguments.
 #[derive(Debug, Parser)]
-#[command(name = "switchboard", version, about = "One AI assistant across Telegram, Discord, Slack and HTTP.")]
+#[command(
+    name = "switchboard",
+    version,
+    about = "One AI assistant across Telegram, Discord, Slack and HTTP."
+)]
 pub struct Cli {
     /// Config file (default: $SWITCHBOARD_CONFIG, else ./config.toml, else built-in defaults).
     #[arg(long, global = true)]
@@ -116,7 +120,9 @@ pub async fn main(cli: Cli) -> ExitCode {
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::Run => commands::run(&loaded).await,
         Command::Chat { message } => commands::chat(&loaded, message).await,
-        Command::Config { action: ConfigAction::Check } => commands::config_check(&loaded),
+        Command::Config {
+            action: ConfigAction::Check,
+        } => commands::config_check(&loaded),
         Command::Doctor => commands::doctor(&loaded).await,
         Command::Pairing { action } => commands::pairing(&loaded, action).await,
         Command::Sessions { action } => commands::sessions(&loaded, action).await,

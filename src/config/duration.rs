@@ -23,7 +23,9 @@ impl DurationStr {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s.is_empty() {
-        return Err("expected a duration like \"30s\", \"10m\" or \"1h\", got an empty string".into());
+        return Err(
+            "expected a duration like \"30s\", \"10m\" or \"1h\", got an empty string".into(),
+        );
     }
     let bad = || format!("expected a duration like \"30s\", \"10m\" or \"1h\", got {s:?}");
     let mut total = Duration::ZERO;
@@ -35,7 +37,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         }
         let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
         let part = match unit {

@@ -120,7 +120,10 @@ fn unknown_keys(value: &toml::Value, known: &toml::Value, prefix: &str, out: &mu
 }
 
 /// The closest candidate within a small edit distance.
-pub(crate) fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn closest<'a>(
+    word: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
     let word_l = word.to_lowercase();
     candidates
         .map(|c| (edit_distance(&word_l, &c.to_lowercase()), c))
@@ -153,11 +156,17 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     if !g.http_listen.trim().is_empty() && g.http_listen.parse::<std::net::SocketAddr>().is_err() {
         return Err(invalid(
             "gateway.http_listen",
-            format!("expected an address like \"127.0.0.1:8080\" or \"\", got {:?}", g.http_listen),
+            format!(
+                "expected an address like \"127.0.0.1:8080\" or \"\", got {:?}",
+                g.http_listen
+            ),
         ));
     }
     if g.max_concurrent_turns == 0 {
-        return Err(invalid("gateway.max_concurrent_turns", "must be at least 1"));
+        return Err(invalid(
+            "gateway.max_concurrent_turns",
+            "must be at least 1",
+        ));
     }
     check_timezone("gateway.timezone", &g.timezone)?;
     let a = &c.agent;
@@ -198,7 +207,10 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
         ("discord", &c.channels.discord.allow_from),
         ("slack", &c.channels.slack.allow_from),
     ] {
-        if let Some(i) = list.iter().position(|s| s.trim().is_empty() || s.trim() == "@") {
+        if let Some(i) = list
+            .iter()
+            .position(|s| s.trim().is_empty() || s.trim() == "@")
+        {
             return Err(invalid(
                 &format!("channels.{name}.allow_from[{i}]"),
                 "must be a user id, a username or \"*\"",
@@ -212,13 +224,19 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     if h.target != "last" && h.target.parse::<switchboard_channel::ChatKey>().is_err() {
         return Err(invalid(
             "heartbeat.target",
-            format!("expected \"last\" or a chat key like \"telegram:123456\", got {:?}", h.target),
+            format!(
+                "expected \"last\" or a chat key like \"telegram:123456\", got {:?}",
+                h.target
+            ),
         ));
     }
     if !h.active_hours.trim().is_empty() && parse_active_hours(&h.active_hours).is_none() {
         return Err(invalid(
             "heartbeat.active_hours",
-            format!("expected \"HH:MM-HH:MM\" like \"08:00-22:00\", got {:?}", h.active_hours),
+            format!(
+                "expected \"HH:MM-HH:MM\" like \"08:00-22:00\", got {:?}",
+                h.active_hours
+            ),
         ));
     }
     if l.api_key_env.trim().is_empty() {
@@ -287,23 +305,53 @@ mod tests {
     #[test]
     fn each_invalid_class_names_the_key_path() {
         let cases = [
-            ("[agent]\nmax_iterations = \"x\"", "agent.max_iterations: expected an integer"),
+            (
+                "[agent]\nmax_iterations = \"x\"",
+                "agent.max_iterations: expected an integer",
+            ),
             ("[agent]\nmax_iterations = -1", "agent.max_iterations"),
-            ("[agent]\nmax_iterations = 0", "agent.max_iterations: must be at least 1"),
-            ("[agent]\ntool_timeout = \"soon\"", "agent.tool_timeout: expected a duration"),
-            ("[llm]\nprovider = \"gemini\"", "llm.provider: unknown variant"),
-            ("[gateway]\ntimezone = \"Europe/Berln\"", "gateway.timezone: unknown timezone \"Europe/Berln\" (did you mean \"Europe/Berlin\"?)"),
+            (
+                "[agent]\nmax_iterations = 0",
+                "agent.max_iterations: must be at least 1",
+            ),
+            (
+                "[agent]\ntool_timeout = \"soon\"",
+                "agent.tool_timeout: expected a duration",
+            ),
+            (
+                "[llm]\nprovider = \"gemini\"",
+                "llm.provider: unknown variant",
+            ),
+            (
+                "[gateway]\ntimezone = \"Europe/Berln\"",
+                "gateway.timezone: unknown timezone \"Europe/Berln\" (did you mean \"Europe/Berlin\"?)",
+            ),
             ("[gateway]\nhttp_listen = \"nope\"", "gateway.http_listen"),
-            ("[channels.telegram]\ndm_policy = \"everyone\"", "channels.telegram.dm_policy: unknown variant"),
-            ("[channels.slack]\nreply_in_thread = \"yes\"", "channels.slack.reply_in_thread: expected true or false"),
-            ("[heartbeat]\nactive_hours = \"8-22\"", "heartbeat.active_hours"),
+            (
+                "[channels.telegram]\ndm_policy = \"everyone\"",
+                "channels.telegram.dm_policy: unknown variant",
+            ),
+            (
+                "[channels.slack]\nreply_in_thread = \"yes\"",
+                "channels.slack.reply_in_thread: expected true or false",
+            ),
+            (
+                "[heartbeat]\nactive_hours = \"8-22\"",
+                "heartbeat.active_hours",
+            ),
             ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
             ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
-            ("[channels.discord]\nallow_from = [\"\"]", "channels.discord.allow_from[0]"),
+            (
+                "[channels.discord]\nallow_from = [\"\"]",
+                "channels.discord.allow_from[0]",
+            ),
         ];
         for (text, want) in cases {
             let e = err(text);
-            assert!(e.starts_with(want) || e.contains(want), "{text:?} gave {e:?}");
+            assert!(
+                e.starts_with(want) || e.contains(want),
+                "{text:?} gave {e:?}"
+            );
         }
     }
 
@@ -311,7 +359,14 @@ mod tests {
     fn unknown_keys_warn_with_a_suggestion() {
         let l = load_str("[agent]\nmax_iteration = 5\n[extra]\nx = 1", Path::new(".")).unwrap();
         assert_eq!(l.config.agent.max_iterations, 20);
-        assert!(l.warnings.iter().any(|w| w.contains("`agent.max_iteration`") && w.contains("did you mean `max_iterations`")), "{:?}", l.warnings);
+        assert!(
+            l.warnings
+                .iter()
+                .any(|w| w.contains("`agent.max_iteration`")
+                    && w.contains("did you mean `max_iterations`")),
+            "{:?}",
+            l.warnings
+        );
         assert!(l.warnings.iter().any(|w| w.contains("`extra`")));
     }
 

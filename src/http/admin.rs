@@ -42,7 +42,9 @@ pub fn token(data_dir: &Path) -> std::io::Result<String> {
             return Ok(t.trim().to_string());
         }
     }
-    let t: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+    let t: String = (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect();
     std::fs::create_dir_all(data_dir)?;
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
@@ -149,7 +151,10 @@ struct KeyQuery {
 
 async fn session_show(State(s): State<AdminState>, Query(q): Query<KeyQuery>) -> Response {
     let Ok(key) = q.key.parse() else {
-        return fail(StatusCode::BAD_REQUEST, format!("not a chat key: {}", q.key));
+        return fail(
+            StatusCode::BAD_REQUEST,
+            format!("not a chat key: {}", q.key),
+        );
     };
     match Session::load(s.shared.store.as_ref(), &key) {
         Ok(session) => axum::Json(json!(session)).into_response(),
@@ -159,7 +164,10 @@ async fn session_show(State(s): State<AdminState>, Query(q): Query<KeyQuery>) ->
 
 async fn session_reset(State(s): State<AdminState>, Query(q): Query<KeyQuery>) -> Response {
     let Ok(key) = q.key.parse() else {
-        return fail(StatusCode::BAD_REQUEST, format!("not a chat key: {}", q.key));
+        return fail(
+            StatusCode::BAD_REQUEST,
+            format!("not a chat key: {}", q.key),
+        );
     };
     let mut b = Batch::default();
     Session::reset(&key, &mut b);
@@ -175,7 +183,9 @@ async fn session_reset(State(s): State<AdminState>, Query(q): Query<KeyQuery>) -
 
 async fn pairing_list(State(s): State<AdminState>) -> Response {
     match pairing::list(s.shared.store.as_ref()) {
-        Ok((pending, approved)) => axum::Json(json!({"pending": pending, "approved": approved})).into_response(),
+        Ok((pending, approved)) => {
+            axum::Json(json!({"pending": pending, "approved": approved})).into_response()
+        }
         Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
@@ -186,7 +196,10 @@ struct Approve {
     code: String,
 }
 
-async fn pairing_approve(State(s): State<AdminState>, axum::Json(a): axum::Json<Approve>) -> Response {
+async fn pairing_approve(
+    State(s): State<AdminState>,
+    axum::Json(a): axum::Json<Approve>,
+) -> Response {
     match pairing::approve(s.shared.store.as_ref(), &a.channel, &a.code).await {
         Ok(ok) => axum::Json(json!(ok)).into_response(),
         Err(e @ pairing::PairingError::UnknownCode { .. }) => fail(StatusCode::NOT_FOUND, e),
@@ -200,7 +213,10 @@ struct Revoke {
     user: String,
 }
 
-async fn pairing_revoke(State(s): State<AdminState>, axum::Json(r): axum::Json<Revoke>) -> Response {
+async fn pairing_revoke(
+    State(s): State<AdminState>,
+    axum::Json(r): axum::Json<Revoke>,
+) -> Response {
     match pairing::revoke(s.shared.store.as_ref(), &r.channel, &r.user).await {
         Ok(ok) => axum::Json(json!(ok)).into_response(),
         Err(e @ pairing::PairingError::UnknownUser { .. }) => fail(StatusCode::NOT_FOUND, e),

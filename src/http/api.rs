@@ -54,7 +54,11 @@ struct WaiterGuard<'a> {
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
-        self.api.waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+        self.api
+            .waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
     }
 }
 
@@ -88,7 +92,11 @@ impl ApiChannel {
         }
     }
 
-    fn wait_for(&self, id: &str, deltas: Option<mpsc::Sender<String>>) -> oneshot::Receiver<OutboundMessage> {
+    fn wait_for(
+        &self,
+        id: &str,
+        deltas: Option<mpsc::Sender<String>>,
+    ) -> oneshot::Receiver<OutboundMessage> {
         let (tx, rx) = oneshot::channel();
         self.waiters
             .lock()
@@ -130,7 +138,11 @@ impl Channel for ApiChannel {
         }
     }
 
-    async fn run(&self, _inbound: InboundSender, shutdown: CancellationToken) -> Result<(), ChannelError> {
+    async fn run(
+        &self,
+        _inbound: InboundSender,
+        shutdown: CancellationToken,
+    ) -> Result<(), ChannelError> {
         shutdown.cancelled().await;
         Ok(())
     }
@@ -140,7 +152,10 @@ impl Channel for ApiChannel {
             return Ok(SendReceipt::default());
         }
         let waiter = msg.in_reply_to_inbound.as_ref().and_then(|id| {
-            self.waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(id)
+            self.waiters
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(id)
         });
         match waiter {
             Some(w) => {
@@ -205,22 +220,53 @@ pub async fn chat_completions(
     body: axum::body::Bytes,
 ) -> Response {
     if !authorized(&headers) {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token", "authentication_error");
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token",
+            "authentication_error",
+        );
     }
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => v,
-        Ok(_) => return error(StatusCode::BAD_REQUEST, "the body must be a JSON object", "invalid_request_error"),
-        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("malformed JSON: {e}"), "invalid_request_error"),
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the body must be a JSON object",
+                "invalid_request_error",
+            );
+        }
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("malformed JSON: {e}"),
+                "invalid_request_error",
+            );
+        }
     };
     let text = match last_user_text(&body) {
         Ok(t) if !t.trim().is_empty() => t,
-        Ok(_) => return error(StatusCode::BAD_REQUEST, "the last user message is empty", "invalid_request_error"),
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the last user message is empty",
+                "invalid_request_error",
+            );
+        }
         Err(e) => return error(StatusCode::BAD_REQUEST, &e, "invalid_request_error"),
     };
-    let user = body.get("user").and_then(Value::as_str).unwrap_or("default");
+    let user = body
+        .get("user")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
     let key: ChatKey = match format!("api:{user}").parse() {
         Ok(k) => k,
-        Err(_) => return error(StatusCode::BAD_REQUEST, "`user` must be a non-empty string", "invalid_request_error"),
+        Err(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "`user` must be a non-empty string",
+                "invalid_request_error",
+            );
+        }
     };
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let model = body
@@ -229,7 +275,11 @@ pub async fn chat_completions(
         .unwrap_or("switchboard")
         .to_string();
 
-    let id = format!("api:req:{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>());
+    let id = format!(
+        "api:req:{:016x}{:016x}",
+        rand::random::<u64>(),
+        rand::random::<u64>()
+    );
     let sender = Sender {
         id: user.to_string(),
         username: None,
@@ -250,23 +300,51 @@ pub async fn chat_completions(
     match shared.bus.publish(msg).await {
         Ok(Published::Accepted) => {}
         Ok(other) => {
-            shared.api.waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-            return error(StatusCode::CONFLICT, &format!("message not accepted: {other:?}"), "invalid_request_error");
+            shared
+                .api
+                .waiters
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            return error(
+                StatusCode::CONFLICT,
+                &format!("message not accepted: {other:?}"),
+                "invalid_request_error",
+            );
         }
         Err(e) => {
-            shared.api.waiters.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-            return error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "server_error");
+            shared
+                .api
+                .waiters
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &e.to_string(),
+                "server_error",
+            );
         }
     }
     let created = chrono::Utc::now().timestamp();
     let completion_id = format!("chatcmpl-{}", &id[8..]);
     if let (true, Some(deltas)) = (stream, delta_rx) {
-        return stream_reply(shared, id, completion_id, model, created, reply_rx, deltas).into_response();
+        return stream_reply(shared, id, completion_id, model, created, reply_rx, deltas)
+            .into_response();
     }
-    let guard = WaiterGuard { api: &shared.api, id };
+    let guard = WaiterGuard {
+        api: &shared.api,
+        id,
+    };
     let reply = match tokio::time::timeout(REPLY_TIMEOUT, reply_rx).await {
         Ok(Ok(r)) => r,
-        _ => return error(StatusCode::GATEWAY_TIMEOUT, "no reply in time", "server_error"),
+        _ => {
+            return error(
+                StatusCode::GATEWAY_TIMEOUT,
+                "no reply in time",
+                "server_error",
+            );
+        }
     };
     drop(guard);
     axum::Json(json!({
@@ -308,9 +386,21 @@ fn stream_reply(
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::channel::<Event>(64);
     tokio::spawn(async move {
-        let _guard = WaiterGuard { api: &shared.api, id };
+        let _guard = WaiterGuard {
+            api: &shared.api,
+            id,
+        };
         let send = |e| tx.send(e);
-        if send(chunk(&completion_id, &model, created, json!({"role": "assistant", "content": ""}), None)).await.is_err() {
+        if send(chunk(
+            &completion_id,
+            &model,
+            created,
+            json!({"role": "assistant", "content": ""}),
+            None,
+        ))
+        .await
+        .is_err()
+        {
             return;
         }
         let mut streamed = String::new();
@@ -331,15 +421,38 @@ fn stream_reply(
         // Deltas still queued, then whatever of the final text was not streamed.
         while let Ok(d) = deltas.try_recv() {
             streamed.push_str(&d);
-            let _ = send(chunk(&completion_id, &model, created, json!({"content": d}), None)).await;
+            let _ = send(chunk(
+                &completion_id,
+                &model,
+                created,
+                json!({"content": d}),
+                None,
+            ))
+            .await;
         }
         if let Some(text) = final_text {
-            let rest = text.strip_prefix(streamed.as_str()).unwrap_or(if streamed.is_empty() { &text } else { "" });
+            let rest = text
+                .strip_prefix(streamed.as_str())
+                .unwrap_or(if streamed.is_empty() { &text } else { "" });
             if !rest.is_empty() {
-                let _ = send(chunk(&completion_id, &model, created, json!({"content": rest}), None)).await;
+                let _ = send(chunk(
+                    &completion_id,
+                    &model,
+                    created,
+                    json!({"content": rest}),
+                    None,
+                ))
+                .await;
             }
         }
-        let _ = send(chunk(&completion_id, &model, created, json!({}), Some("stop"))).await;
+        let _ = send(chunk(
+            &completion_id,
+            &model,
+            created,
+            json!({}),
+            Some("stop"),
+        ))
+        .await;
         let _ = send(Event::default().data("[DONE]")).await;
     });
     Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>))

@@ -30,10 +30,12 @@ pub async fn serve(
             addr: addr.to_string(),
             source,
         })?;
-    let bound = listener.local_addr().map_err(|source| GatewayError::Listen {
-        addr: addr.to_string(),
-        source,
-    })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| GatewayError::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
     let app = router(shared);
     tracker.spawn(async move {
         let served = axum::serve(listener, app)
@@ -62,7 +64,11 @@ fn router(shared: Arc<Shared>) -> Router {
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     let not_ready = shared.health.not_ready();
     if not_ready.is_empty() {
-        (StatusCode::OK, axum::Json(serde_json::json!({"ready": true}))).into_response()
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"ready": true})),
+        )
+            .into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -5,5 +5,6 @@
 pub fn suppress_reply(text: &str) -> bool {
     let t = text.trim();
     t == "HEARTBEAT_OK"
-        || (t.chars().count() <= 300 && (t.starts_with("HEARTBEAT_OK") || t.ends_with("HEARTBEAT_OK")))
+        || (t.chars().count() <= 300
+            && (t.starts_with("HEARTBEAT_OK") || t.ends_with("HEARTBEAT_OK")))
 }

@@ -89,6 +89,9 @@ impl Batch {
     }
 }
 
+/// Key-value pairs from a scan, in key order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What went wrong in the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -110,7 +113,7 @@ pub enum Applied {
 pub trait Store: Send + Sync + 'static {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// All entries of a tree whose key starts with `prefix`, in key order.
-    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Entries, StoreError>;
     /// Apply a batch atomically (not yet durable: see [`Store::flush`]).
     fn apply(&self, batch: Batch) -> Result<Applied, StoreError>;
     /// A number larger than any this store handed out before, across restarts.

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use tokio::sync::{Notify, watch};
 
-use super::{Applied, Batch, Op, Store, StoreError, Tree};
+use super::{Applied, Batch, Entries, Op, Store, StoreError, Tree};
 
 /// sled-backed [`Store`].
 pub struct SledStore {
@@ -94,10 +94,14 @@ async fn flusher(commit: Arc<GroupCommit>) {
 #[async_trait]
 impl Store for SledStore {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tree(tree).get(key).map_err(backend)?.map(|v| v.to_vec()))
+        Ok(self
+            .tree(tree)
+            .get(key)
+            .map_err(backend)?
+            .map(|v| v.to_vec()))
     }
 
-    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Entries, StoreError> {
         self.tree(tree)
             .scan_prefix(prefix)
             .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(backend))
@@ -185,7 +189,11 @@ impl Store for SledStore {
 
 impl Drop for SledStore {
     fn drop(&mut self) {
-        self.commit.db.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.commit
+            .db
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         self.commit.wake.notify_one();
         let _ = self.db.flush();
     }
@@ -207,7 +215,10 @@ mod tests {
         assert_eq!(s.apply(b).unwrap(), Applied::Conflict);
         assert_eq!(s.len(Tree::Inbox), 1);
         s.flush().await.unwrap();
-        assert_eq!(s.get(Tree::Inbox, &1u64.to_be_bytes()).unwrap().unwrap(), b"msg");
+        assert_eq!(
+            s.get(Tree::Inbox, &1u64.to_be_bytes()).unwrap().unwrap(),
+            b"msg"
+        );
     }
 
     #[tokio::test]

@@ -71,7 +71,10 @@ impl Env {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn switchboard");
-        GatewayProcess { child, data_dir: self.data_dir() }
+        GatewayProcess {
+            child,
+            data_dir: self.data_dir(),
+        }
     }
 }
 
@@ -106,7 +109,10 @@ impl GatewayProcess {
 
     pub fn sigterm(&mut self) {
         let pid = self.child.id().to_string();
-        let ok = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
         assert!(ok.success());
     }
 
@@ -117,7 +123,10 @@ impl GatewayProcess {
             if let Some(s) = self.child.try_wait().expect("try_wait") {
                 return (s, start.elapsed());
             }
-            assert!(start.elapsed() < timeout, "gateway did not exit within {timeout:?}");
+            assert!(
+                start.elapsed() < timeout,
+                "gateway did not exit within {timeout:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -161,7 +170,11 @@ impl TestChannel {
                 return sent;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                panic!("only {} of {n} messages sent in time: {:?}", sent.len(), sent);
+                panic!(
+                    "only {} of {n} messages sent in time: {:?}",
+                    sent.len(),
+                    sent
+                );
             }
         }
     }
@@ -221,7 +234,10 @@ pub async fn ask(base: &str, user: &str, text: &str) -> serde_json::Value {
 }
 
 pub fn reply_text(v: &serde_json::Value) -> String {
-    v["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_string()
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 pub fn path_str(p: &Path) -> String {

@@ -122,8 +122,11 @@ pub trait Channel: Send + Sync + 'static {
     /// Receive until `shutdown` is cancelled, publishing every message through `inbound`
     /// before acknowledging it upstream. Reconnects on its own; returns only on shutdown or
     /// on a fault it cannot recover from (such as refused credentials).
-    async fn run(&self, inbound: InboundSender, shutdown: CancellationToken)
-    -> Result<(), ChannelError>;
+    async fn run(
+        &self,
+        inbound: InboundSender,
+        shutdown: CancellationToken,
+    ) -> Result<(), ChannelError>;
 
     /// Deliver one reply: render, split at the platform limit, send in order.
     async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError>;

@@ -100,8 +100,14 @@ mod tests {
             "nocolon".parse::<ChatKey>(),
             Err(ParseKeyError::MissingColon(_))
         ));
-        assert!(matches!(":x".parse::<ChatKey>(), Err(ParseKeyError::Empty(_))));
-        assert!(matches!("api:".parse::<ChatKey>(), Err(ParseKeyError::Empty(_))));
+        assert!(matches!(
+            ":x".parse::<ChatKey>(),
+            Err(ParseKeyError::Empty(_))
+        ));
+        assert!(matches!(
+            "api:".parse::<ChatKey>(),
+            Err(ParseKeyError::Empty(_))
+        ));
         assert!(matches!(
             "Tele gram:1".parse::<ChatKey>(),
             Err(ParseKeyError::BadChannel(_))

@@ -91,7 +91,12 @@ pub struct InboundMessage {
 
 impl InboundMessage {
     /// A plain user text message with defaults for everything else.
-    pub fn text(id: impl Into<String>, key: ChatKey, sender: Sender, text: impl Into<String>) -> Self {
+    pub fn text(
+        id: impl Into<String>,
+        key: ChatKey,
+        sender: Sender,
+        text: impl Into<String>,
+    ) -> Self {
         Self {
             id: id.into(),
             key,
@@ -177,14 +182,17 @@ mod tests {
         assert!(m.truncate_oversized());
         assert!(m.text.starts_with(&"é".repeat(crate::MAX_INBOUND_CHARS)));
         assert!(m.text.contains("it had 100000 characters"));
-        let mut short = InboundMessage::text("2", "api:a".parse().unwrap(), Sender::default(), "hi");
+        let mut short =
+            InboundMessage::text("2", "api:a".parse().unwrap(), Sender::default(), "hi");
         assert!(!short.truncate_oversized());
         assert_eq!(short.text, "hi");
     }
 
     #[test]
     fn origin_round_trips_through_json() {
-        let o = Origin::System(SystemOrigin::Cron { job_id: "j1".into() });
+        let o = Origin::System(SystemOrigin::Cron {
+            job_id: "j1".into(),
+        });
         let s = serde_json::to_string(&o).unwrap();
         assert_eq!(serde_json::from_str::<Origin>(&s).unwrap(), o);
     }
