@@ -254,4 +254,8 @@ async fn sigkill_between_intake_and_reply_delivers_exactly_one_reply() {
     let reqs = t.llm.requests();
     assert_eq!(reqs.len(), 2, "the killed turn and the resumed one");
     assert!(reqs[1].last_user_text().ends_with("survive the crash"));
+    assert!(
+        !platform::logs(&t.env).contains(TOKEN),
+        "the bot token leaked into the log"
+    );
 }

@@ -256,6 +256,10 @@ async fn events_api_verifies_signatures_and_processes_a_retried_event_once() {
             .any(|x| x.contains("forged") || x.contains("stale")),
         "{texts:?}"
     );
+    assert!(
+        !platform::logs(&t.env).contains(SECRET),
+        "the signing secret leaked into the log"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,4 +314,9 @@ async fn sigkill_between_intake_and_reply_delivers_exactly_one_reply() {
     );
     assert!(reqs[1].last_user_text().ends_with("survive the crash"));
     assert!(!t.slack.posts().iter().any(|p| p.text.contains("too late")));
+    let logs = platform::logs(&t.env);
+    assert!(
+        !logs.contains(BOT_TOKEN) && !logs.contains(APP_TOKEN),
+        "a token leaked into the log"
+    );
 }

@@ -217,13 +217,34 @@ async fn group_answers_mentions_and_replies_to_the_bot_only() {
         bot_msg.message_id,
         &bot_msg.text,
     );
+    // A reply of several messages: only the first one replies to the trigger.
+    let long: Vec<String> = (0..60)
+        .map(|i| format!("part {i:02} {}", "z".repeat(120)))
+        .collect();
+    t.llm.push(Reply::text(long.join("\n\n")));
     t.tg.push_update(with_message_id(reply, 9003));
-    let sent = t.wait_sent(3).await;
-    assert_eq!((sent[2].chat_id, sent[2].reply_to), (group, Some(9003)));
-    assert!(sent[2].text.contains("third, as a reply"));
+    let sent = t
+        .sent_until("the long group reply", |s| {
+            s.iter().any(|m| m.text.contains("part 59"))
+        })
+        .await;
+    let parts = &sent[2..];
+    assert!(parts.len() >= 2, "{parts:?}");
+    assert_eq!((parts[0].chat_id, parts[0].reply_to), (group, Some(9003)));
+    assert!(
+        parts[1..]
+            .iter()
+            .all(|m| m.chat_id == group && m.reply_to.is_none()),
+        "{parts:?}"
+    );
 
     // Nothing else was sent: no pairing code in the group, no answer to the plain message.
-    assert_eq!(t.tg.sent().len(), 3, "{:?}", t.tg.sent());
+    assert!(
+        t.tg.sent().iter().all(|m| m.chat_id == group),
+        "{:?}",
+        t.tg.sent()
+    );
+    assert_eq!(t.tg.sent().len(), 2 + parts.len(), "{:?}", t.tg.sent());
     let texts: Vec<String> = t
         .llm
         .requests()
@@ -291,6 +312,10 @@ async fn sigkill_between_intake_and_reply_delivers_exactly_one_reply() {
     assert_eq!(reqs.len(), 3, "warm-up, the killed turn, the resumed turn");
     assert_eq!(reqs[2].last_user_text(), "survive the crash");
     assert!(!t.tg.sent().iter().any(|m| m.text.contains("too late")));
+    assert!(
+        !platform::logs(&t.env).contains(t.tg.token()),
+        "the bot token leaked into the log"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
