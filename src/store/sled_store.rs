@@ -36,6 +36,8 @@ impl SledStore {
         let db = sled::Config::new()
             .path(dir.join("store"))
             .flush_every_ms(Some(1000))
+            // sled caches up to 1 GB by default; the gateway's hot data is small.
+            .cache_capacity(8 * 1024 * 1024)
             .open()
             .map_err(|e| match e {
                 sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {

@@ -4,8 +4,8 @@
 //! works):
 //! - `POST /v1/chat/completions` — OpenAI, non-stream JSON or SSE (`stream: true`, with a
 //!   usage chunk when `stream_options.include_usage` is true, then `data: [DONE]`);
-//! - `POST /v1/messages` — Anthropic (requires `x-api-key` and `anthropic-version`),
-//!   non-stream JSON or SSE with `event:` lines;
+//! - `POST /v1/messages` — Anthropic (requires `anthropic-version` and a key in `x-api-key`
+//!   or `Authorization: Bearer`), non-stream JSON or SSE with `event:` lines;
 //! - `GET /v1/models` — a model list (Anthropic's shape when `anthropic-version` is sent).
 //!
 //! Which [`Reply`] answers a request, first match wins:
@@ -25,9 +25,12 @@
 //! and leaves the queues alone).
 //!
 //! Every request is recorded (unless [`FakeLlm::set_recording`] turned it off) and counted;
-//! [`FakeLlm::wait_for_requests`] waits for a count with a bound. [`RecordedRequest`] has
-//! helpers for the last user text, the system prompt and the offered tool names. Delays
-//! use `tokio::time::sleep`, so tests under a paused clock stay instant.
+//! [`FakeLlm::wait_for_requests`] waits for a count and [`FakeLlm::wait_for_request`] for a
+//! matching request, both with a bound. [`RecordedRequest`] has helpers for the last user
+//! text, the system prompt and the offered tool names. Delays use `tokio::time::sleep`, so
+//! tests under a paused clock stay instant. [`parse_openai_stream`] and
+//! [`parse_anthropic_stream`] reassemble any SSE body of either dialect (the gateway's
+//! own `/v1/chat/completions` too).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -43,15 +46,23 @@
 //! // point the client at llm.base_url() ("http://127.0.0.1:PORT/v1") …
 //! let seen = llm.wait_for_requests(2, Duration::from_secs(5)).await.unwrap();
 //! assert_eq!(seen[0].model, "gpt-4o-mini");
+//! assert_eq!(seen[0].last_user_text(), "what is in notes.md?");
+//! let alice = llm
+//!     .wait_for_request(|r| r.last_user_text().contains("alice"), Duration::from_secs(5))
+//!     .await
+//!     .unwrap();
+//! assert!(alice.tool_names().contains(&"cron".to_owned()));
 //! # }
 //! ```
 
 mod anthropic;
 mod openai;
+mod recorded;
 mod reply;
 mod server;
+pub mod sse;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,118 +71,18 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use recorded::{RecordedRequest, body_last_user_text, last_user_text};
 pub use reply::{Reply, ToolCall};
+pub use sse::{StreamedCompletion, StreamedToolCall, parse_anthropic_stream, parse_openai_stream};
 
 /// A custom default responder: gets the request body, returns the answer.
 pub type Responder = dyn Fn(&Value) -> Reply + Send + Sync;
 
-/// One request as it crossed the wire.
-#[derive(Debug, Clone)]
-pub struct RecordedRequest {
-    /// Request path, e.g. `/v1/chat/completions`.
-    pub path: String,
-    /// The body's `model` (empty when absent).
-    pub model: String,
-    /// Headers, names lowercased; repeated headers joined with `", "`.
-    pub headers: BTreeMap<String, String>,
-    /// The JSON body (`Null` for a GET or a body that is not JSON).
-    pub body: Value,
-    /// The body's `stream` flag.
-    pub stream: bool,
-    /// When the request arrived (tokio clock, so it follows a paused test clock).
-    pub at: Instant,
-}
-
-impl RecordedRequest {
-    /// Text of the last user message (see [`last_user_text`]).
-    pub fn last_user_text(&self) -> String {
-        last_user_text(self)
-    }
-
-    /// The system prompt: Anthropic's top-level `system` and OpenAI's `system` /
-    /// `developer` messages, text joined with `"\n\n"`.
-    pub fn system_text(&self) -> String {
-        let mut parts: Vec<&str> = Vec::new();
-        match self.body.get("system") {
-            Some(Value::String(text)) => parts.push(text),
-            Some(Value::Array(blocks)) => parts.extend(blocks.iter().filter_map(block_text)),
-            _ => {}
-        }
-        let messages = self.body.get("messages").and_then(Value::as_array);
-        for message in messages.into_iter().flatten() {
-            let role = message.get("role").and_then(Value::as_str);
-            if matches!(role, Some("system" | "developer")) {
-                match message.get("content") {
-                    Some(Value::String(text)) => parts.push(text),
-                    Some(Value::Array(blocks)) => {
-                        parts.extend(blocks.iter().filter_map(block_text));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        parts.join("\n\n")
-    }
-
-    /// Names of the tools offered to the model (OpenAI `tools[].function.name`,
-    /// Anthropic `tools[].name`).
-    pub fn tool_names(&self) -> Vec<String> {
-        let tools = self.body.get("tools").and_then(Value::as_array);
-        tools
-            .into_iter()
-            .flatten()
-            .filter_map(|tool| {
-                tool.pointer("/function/name")
-                    .or_else(|| tool.get("name"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            })
-            .collect()
-    }
-}
-
-/// The text of a `{"type":"text","text":…}` content block.
-fn block_text(block: &Value) -> Option<&str> {
-    (block.get("type").and_then(Value::as_str) == Some("text"))
-        .then(|| block.get("text").and_then(Value::as_str))
-        .flatten()
-}
-
-/// Text of the request's last user message: string content, or the text parts of an
-/// array content joined with `"\n"`. Anthropic user messages that carry only
-/// `tool_result` blocks are skipped, so both providers give the human's last words.
-/// Empty when there is none.
-pub fn last_user_text(request: &RecordedRequest) -> String {
-    body_last_user_text(&request.body).unwrap_or_default()
-}
-
-/// Like [`last_user_text`], on a raw request body (for [`FakeLlm::set_responder`]).
-pub fn body_last_user_text(body: &Value) -> Option<String> {
-    let messages = body.get("messages")?.as_array()?;
-    messages
-        .iter()
-        .rev()
-        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
-        .find_map(|m| match m.get("content")? {
-            Value::String(text) => Some(text.clone()),
-            Value::Array(parts) => {
-                let texts: Vec<&str> = parts.iter().filter_map(block_text).collect();
-                let only_tool_results = !parts.is_empty()
-                    && parts
-                        .iter()
-                        .all(|p| p.get("type").and_then(Value::as_str) == Some("tool_result"));
-                (!only_tool_results).then(|| texts.join("\n"))
-            }
-            _ => None,
-        })
-}
-
 /// The default answer when no script applies.
 #[derive(Clone)]
-enum Default {
+enum Fallback {
     Echo,
     Fixed(Reply),
     Custom(Arc<Responder>),
@@ -182,12 +93,12 @@ struct State {
     queue: VecDeque<Reply>,
     routed: Vec<(String, VecDeque<Reply>)>,
     failing: Vec<(String, Reply)>,
-    default: Default,
+    default: Fallback,
     delay: Duration,
     requests: Vec<RecordedRequest>,
     models: Vec<String>,
     chunk_chars: usize,
-    api_key: Option<String>,
+    api_key: Option<Arc<str>>,
 }
 
 /// State shared by the handle(s) and the server task.
@@ -249,7 +160,7 @@ impl FakeLlm {
                 queue: VecDeque::new(),
                 routed: Vec::new(),
                 failing: Vec::new(),
-                default: Default::Echo,
+                default: Fallback::Echo,
                 delay: Duration::ZERO,
                 requests: Vec::new(),
                 models: vec!["gpt-4o-mini".into(), "claude-sonnet-4-5".into()],
@@ -310,13 +221,13 @@ impl FakeLlm {
 
     /// Replaces the default (echo) answer with a fixed reply.
     pub fn set_default(&self, reply: Reply) {
-        self.shared.lock().default = Default::Fixed(reply);
+        self.shared.lock().default = Fallback::Fixed(reply);
     }
 
     /// Replaces the default (echo) answer with a function of the request body.
     /// It runs outside the fake's lock, so it may call back into the fake.
     pub fn set_responder(&self, responder: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
-        self.shared.lock().default = Default::Custom(Arc::new(responder));
+        self.shared.lock().default = Fallback::Custom(Arc::new(responder));
     }
 
     /// Latency added to every request (`tokio::time::sleep`).
@@ -337,7 +248,7 @@ impl FakeLlm {
     /// Requires this API key (`Authorization: Bearer …` / `x-api-key`); a wrong or missing
     /// key gets the provider's 401. `None` (the default) accepts any key.
     pub fn require_api_key(&self, key: Option<&str>) {
-        self.shared.lock().api_key = key.map(str::to_owned);
+        self.shared.lock().api_key = key.map(Arc::from);
     }
 
     /// Model ids listed by `GET /v1/models`.
@@ -381,6 +292,46 @@ impl FakeLlm {
         }
     }
 
+    /// Waits until a recorded request satisfies `matches` and returns the first such one.
+    /// `matches` runs under the fake's lock: it must not call back into the fake.
+    ///
+    /// # Errors
+    /// A message when `timeout` elapses first (always, when recording is off).
+    pub async fn wait_for_request(
+        &self,
+        matches: impl Fn(&RecordedRequest) -> bool,
+        timeout: Duration,
+    ) -> Result<RecordedRequest, String> {
+        let mut rx = self.shared.count.subscribe();
+        let found = async {
+            loop {
+                // Mark the current count seen before looking, so no arrival is missed.
+                rx.borrow_and_update();
+                let hit = self
+                    .shared
+                    .lock()
+                    .requests
+                    .iter()
+                    .find(|r| matches(r))
+                    .cloned();
+                if let Some(request) = hit {
+                    return Some(request);
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, found).await {
+            Ok(Some(request)) => Ok(request),
+            Ok(None) => Err("fake LLM: server state dropped".to_owned()),
+            Err(_) => Err(format!(
+                "fake LLM: no matching request within {timeout:?} ({} received)",
+                self.request_count()
+            )),
+        }
+    }
+
     /// Forgets recorded requests and resets the count; scripts stay.
     pub fn clear(&self) {
         self.shared.lock().requests.clear();
@@ -394,7 +345,7 @@ impl FakeLlm {
             state.queue.clear();
             state.routed.clear();
             state.failing.clear();
-            state.default = Default::Echo;
+            state.default = Fallback::Echo;
             state.delay = Duration::ZERO;
             state.requests.clear();
         }

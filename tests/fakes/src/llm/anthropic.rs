@@ -18,16 +18,27 @@ pub(super) fn stream_error_event() -> String {
 }
 
 /// Rejects what the real API rejects before generating anything.
+///
+/// The key may come as `x-api-key` or as `Authorization: Bearer` (the official Python
+/// SDK 2.x sends the latter); a request with neither gets a 401.
 pub(super) fn validate(
     headers: &HeaderMap,
     body: &Value,
     api_key: Option<&str>,
 ) -> Option<Rendered> {
-    let Some(sent) = headers.get("x-api-key") else {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let sent = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .or(bearer);
+    let Some(sent) = sent else {
         let body = error_body("authentication_error", "x-api-key header is required");
         return Some(Rendered::json(401, body));
     };
-    if api_key.is_some_and(|key| sent.as_bytes() != key.as_bytes()) {
+    if api_key.is_some_and(|key| sent != key) {
         let body = error_body("authentication_error", "invalid x-api-key");
         return Some(Rendered::json(401, body));
     }

@@ -25,6 +25,8 @@ pub struct Reply {
     pub(crate) retry_after: Option<u64>,
     /// A streamed answer breaks after this many events.
     pub(crate) stream_fault: Option<(usize, StreamFault)>,
+    /// SSE comment lines (`: keep-alive`) are mixed into a streamed answer.
+    pub(crate) sse_comments: bool,
 }
 
 /// How a streamed answer breaks.
@@ -118,6 +120,7 @@ impl Reply {
             usage: None,
             retry_after: None,
             stream_fault: None,
+            sse_comments: false,
         }
     }
 
@@ -230,6 +233,13 @@ impl Reply {
     /// unaffected.
     pub fn with_disconnect_after(mut self, events: usize) -> Self {
         self.stream_fault = Some((events, StreamFault::Disconnect));
+        self
+    }
+
+    /// When streamed, mixes SSE comment lines (`: keep-alive`, as OpenRouter sends) before
+    /// the first event and between events; SSE clients must ignore them.
+    pub fn with_sse_comments(mut self) -> Self {
+        self.sse_comments = true;
         self
     }
 

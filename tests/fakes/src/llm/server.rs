@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::reply::{Reply, StreamFault, estimate_tokens};
-use super::{Default, RecordedRequest, Shared, anthropic, body_last_user_text, openai};
+use super::{Fallback, RecordedRequest, Shared, anthropic, body_last_user_text, openai};
 
 /// Which wire format a request speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +168,12 @@ async fn complete(
             StreamFault::Disconnect => disconnect = true,
         }
     }
+    if let (true, Rendering::Events(events)) = (reply.sse_comments, &mut rendered.body) {
+        let with_comments = std::mem::take(events)
+            .into_iter()
+            .flat_map(|event| [": keep-alive\n\n".to_owned(), event]);
+        *events = with_comments.collect();
+    }
     respond(rendered, reply.chunk_delay, id, disconnect)
 }
 
@@ -219,9 +225,9 @@ fn pick(shared: &Shared, model: &str, body: &Value) -> (Reply, Duration, usize) 
     // The custom responder runs outside the lock: it may call back into the fake.
     let (default, delay, chunk) = default;
     let reply = match default {
-        Default::Echo => Reply::echo(&body_last_user_text(body).unwrap_or_default()),
-        Default::Fixed(reply) => reply,
-        Default::Custom(responder) => responder(body),
+        Fallback::Echo => Reply::echo(&body_last_user_text(body).unwrap_or_default()),
+        Fallback::Fixed(reply) => reply,
+        Fallback::Custom(responder) => responder(body),
     };
     (reply, delay, chunk)
 }

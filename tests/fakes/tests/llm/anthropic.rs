@@ -154,6 +154,22 @@ async fn anthropic_requires_its_headers_and_max_tokens() {
         "invalid_request_error"
     );
 
+    // The official SDK 2.x sends the key as a bearer token instead of x-api-key.
+    let r = client
+        .post(&url)
+        .bearer_auth("sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["content"][0]["text"],
+        "scripted"
+    );
+    llm.push(Reply::text("scripted"));
+
     let mut no_max = body.clone();
     no_max.as_object_mut().unwrap().remove("max_tokens");
     let r = anthropic(&llm, &no_max).await;
@@ -161,7 +177,7 @@ async fn anthropic_requires_its_headers_and_max_tokens() {
     let message = r.json::<Value>().await.unwrap()["error"]["message"].clone();
     assert!(message.as_str().unwrap().contains("max_tokens"));
 
-    assert_eq!(llm.request_count(), 3);
+    assert_eq!(llm.request_count(), 4);
     let r: Value = anthropic(&llm, &body).await.json().await.unwrap();
     assert_eq!(r["content"][0]["text"], "scripted");
 }

@@ -4,5 +4,6 @@
 mod anthropic;
 mod faults;
 mod openai;
+mod parsers;
 mod scripting;
 mod support;
