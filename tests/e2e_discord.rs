@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::platform::{self, env_with, spawn_with_env};
+use common::platform::{self, env_with};
 use common::{Env, GatewayProcess};
 use switchboard_fakes::discord::{Author, FakeDiscord, IncomingMessage, Recorded};
 use switchboard_fakes::llm::{FakeLlm, Reply};
@@ -32,7 +32,7 @@ impl Dc {
             "[channels.discord]\nenabled = true\napi_url = \"{}\"\ndm_policy = \"open\"\n",
             dc.base_url
         );
-        let (env, _) = env_with(&llm.base_url(), &table);
+        let env = env_with(&llm.base_url(), &table);
         let gw = spawn(&env);
         let t = Dc { llm, dc, env, gw };
         t.wait_sessions(1).await;
@@ -71,9 +71,7 @@ impl Dc {
 }
 
 fn spawn(env: &Env) -> GatewayProcess {
-    let mut gw = spawn_with_env(env, &[("DISCORD_BOT_TOKEN", TOKEN)]);
-    gw.wait_admin(WAIT);
-    gw
+    platform::spawn_ready(env, &[("DISCORD_BOT_TOKEN", TOKEN)], WAIT)
 }
 
 fn alice() -> Author {

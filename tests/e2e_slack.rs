@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::platform::{self, env_with, spawn_with_env};
+use common::platform::{self, env_with};
 use common::{Env, GatewayProcess};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 use switchboard_fakes::slack::events::{
@@ -25,7 +25,6 @@ struct Sl {
     llm: FakeLlm,
     slack: FakeSlack,
     env: Env,
-    http: String,
     gw: GatewayProcess,
     socket_mode: bool,
 }
@@ -39,13 +38,12 @@ impl Sl {
             "[channels.slack]\nenabled = true\napi_url = \"{}\"\ndm_policy = \"open\"\n",
             slack.api_url()
         );
-        let (env, http) = env_with(&llm.base_url(), &table);
+        let env = env_with(&llm.base_url(), &table);
         let gw = spawn(&env, socket_mode);
         let t = Sl {
             llm,
             slack,
             env,
-            http,
             gw,
             socket_mode,
         };
@@ -55,7 +53,7 @@ impl Sl {
 
     /// Until `/readyz` says every channel is up (Slack identified, sockets open).
     async fn wait_ready(&self) {
-        let url = format!("{}/readyz", self.http);
+        let url = format!("{}/readyz", platform::http_base(&self.env));
         platform::poll_until(WAIT, "the gateway to be ready", || {
             let url = url.clone();
             async move { (reqwest::get(url).await.ok()?.status() == 200).then_some(()) }
@@ -74,7 +72,7 @@ impl Sl {
     /// POST a body to the gateway's `/slack/events` with these headers.
     async fn post_event(&self, body: &str, headers: reqwest::header::HeaderMap) -> (u16, String) {
         let resp = reqwest::Client::new()
-            .post(format!("{}/slack/events", self.http))
+            .post(format!("{}/slack/events", platform::http_base(&self.env)))
             .headers(headers)
             .body(body.to_string())
             .send()
@@ -113,9 +111,7 @@ fn spawn(env: &Env, socket_mode: bool) -> GatewayProcess {
             ("SLACK_SIGNING_SECRET", SECRET),
         ]
     };
-    let mut gw = spawn_with_env(env, vars);
-    gw.wait_admin(WAIT);
-    gw
+    platform::spawn_ready(env, vars, WAIT)
 }
 
 fn mention(text: &str, ts: &str) -> serde_json::Value {

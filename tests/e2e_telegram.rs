@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::platform::{self, cli, env_with, pairing_code, spawn_with_env};
+use common::platform::{self, cli, env_with, pairing_code, spawn_ready};
 use common::{Env, GatewayProcess};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 use switchboard_fakes::telegram::{FakeTelegram, SentMessage, TgUser};
@@ -30,7 +30,7 @@ impl Tg {
             "[channels.telegram]\nenabled = true\napi_url = \"{}\"\npacing = false\n{access}\n",
             tg.url()
         );
-        let (env, _) = env_with(&llm.base_url(), &table);
+        let env = env_with(&llm.base_url(), &table);
         let gw = spawn(&env, &tg);
         Tg { llm, tg, env, gw }
     }
@@ -66,9 +66,7 @@ impl Tg {
 }
 
 fn spawn(env: &Env, tg: &FakeTelegram) -> GatewayProcess {
-    let mut gw = spawn_with_env(env, &[("TELEGRAM_BOT_TOKEN", tg.token())]);
-    gw.wait_admin(WAIT);
-    gw
+    spawn_ready(env, &[("TELEGRAM_BOT_TOKEN", tg.token())], WAIT)
 }
 
 /// A message with a chosen `message_id`, so replies to it can be checked.
@@ -469,9 +467,13 @@ async fn a_refused_telegram_token_never_stops_the_api_channel() {
         "[channels.telegram]\nenabled = true\napi_url = \"{}\"\npacing = false\n",
         tg.url()
     );
-    let (env, http) = env_with(&llm.base_url(), &table);
-    let mut gw = spawn_with_env(&env, &[("TELEGRAM_BOT_TOKEN", "999:not-the-right-token")]);
-    gw.wait_admin(WAIT);
+    let env = env_with(&llm.base_url(), &table);
+    let mut gw = spawn_ready(
+        &env,
+        &[("TELEGRAM_BOT_TOKEN", "999:not-the-right-token")],
+        WAIT,
+    );
+    let http = platform::http_base(&env);
     let client = reqwest::Client::new();
     let body = platform::poll_until(WAIT, "/readyz to report the refused token", || {
         let client = client.clone();

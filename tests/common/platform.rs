@@ -30,8 +30,9 @@ pub fn free_port() -> u16 {
 
 /// A test config: the LLM at `llm_base_url`, HTTP on a fixed free port, and `channels` —
 /// TOML tables such as `[channels.telegram] …` — replacing the default "channel off" tables
-/// of [`Env::new`] for the channels they name. Returns the env and the HTTP base URL.
-pub fn env_with(llm_base_url: &str, channels: &str) -> (Env, String) {
+/// of [`Env::new`] for the channels they name. Read the HTTP base URL with [`http_base`]
+/// after spawning ([`spawn_ready`] may have to move it).
+pub fn env_with(llm_base_url: &str, channels: &str) -> Env {
     let env = Env::new(llm_base_url, "");
     let port = free_port();
     let path = env.config_path();
@@ -47,7 +48,7 @@ pub fn env_with(llm_base_url: &str, channels: &str) -> (Env, String) {
     text.push_str(channels);
     text.push('\n');
     std::fs::write(&path, text).expect("write config");
-    (env, format!("http://127.0.0.1:{port}"))
+    env
 }
 
 /// Where [`spawn_with_env`] writes the gateway's log (appended across restarts).
@@ -102,6 +103,56 @@ pub fn cli(env: &Env, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The HTTP base URL the config names (`http://127.0.0.1:PORT`).
+pub fn http_base(env: &Env) -> String {
+    let text = std::fs::read_to_string(env.config_path()).expect("read config");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("http_listen"))
+        .expect("http_listen in the config");
+    format!(
+        "http://{}",
+        line.split('"').nth(1).expect("a quoted address")
+    )
+}
+
+/// [`spawn_with_env`], then wait until the gateway is ready (its admin address written);
+/// panics with the gateway's log if it exits or times out first. The HTTP port was only
+/// free when the config was written; if something took it meanwhile, a new one is picked
+/// and the gateway started again (read it back with [`http_base`]).
+pub fn spawn_ready(env: &Env, vars: &[(&str, &str)], timeout: Duration) -> GatewayProcess {
+    let mut attempts = 0;
+    'spawn: loop {
+        attempts += 1;
+        let log_start = logs(env).len();
+        let mut gw = spawn_with_env(env, vars);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if switchboard::http::admin::running_at(&env.data_dir()).is_some() {
+                return gw;
+            }
+            if let Ok(Some(status)) = gw.child.try_wait() {
+                let log = logs(env);
+                if attempts < 3 && log[log_start..].contains("cannot listen on") {
+                    let path = env.config_path();
+                    let text = std::fs::read_to_string(&path).expect("read config");
+                    let old = http_base(env).replace("http://", "");
+                    let text = text.replace(&old, &format!("127.0.0.1:{}", free_port()));
+                    std::fs::write(&path, text).expect("write config");
+                    continue 'spawn;
+                }
+                panic!("gateway exited early: {status}; log:\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gateway not ready in {timeout:?}; log:\n{}",
+                logs(env)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl GatewayProcess {
