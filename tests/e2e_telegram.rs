@@ -502,6 +502,7 @@ async fn a_refused_telegram_token_never_stops_the_api_channel() {
     assert!(tg.sent().is_empty());
     let logs = platform::logs(&env);
     assert!(logs.contains("telegram"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "ANSI colour codes in a log that is not a terminal");
     assert!(
         !logs.contains("not-the-right-token"),
         "the token leaked into the log"
