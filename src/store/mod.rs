@@ -105,12 +105,15 @@ pub enum Applied {
     Conflict,
 }
 
+/// Key/value pairs returned by [`Store::scan`], in key order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Durable trees of bytes.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// All entries of a tree whose key starts with `prefix`, in key order.
-    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Entries, StoreError>;
     /// Apply a batch atomically (not yet durable: see [`Store::flush`]).
     fn apply(&self, batch: Batch) -> Result<Applied, StoreError>;
     /// A number larger than any this store handed out before, across restarts.

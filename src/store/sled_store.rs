@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use tokio::sync::{Notify, watch};
 
-use super::{Applied, Batch, Op, Store, StoreError, Tree};
+use super::{Applied, Batch, Entries, Op, Store, StoreError, Tree};
 
 /// sled-backed [`Store`].
 pub struct SledStore {
@@ -97,7 +97,7 @@ impl Store for SledStore {
         Ok(self.tree(tree).get(key).map_err(backend)?.map(|v| v.to_vec()))
     }
 
-    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Entries, StoreError> {
         self.tree(tree)
             .scan_prefix(prefix)
             .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(backend))
