@@ -53,10 +53,8 @@ impl Sl {
 
     /// Until `/readyz` says every channel is up (Slack identified, sockets open).
     async fn wait_ready(&self) {
-        let url = format!("{}/readyz", platform::http_base(&self.env));
-        platform::poll_until(WAIT, "the gateway to be ready", || {
-            let url = url.clone();
-            async move { (reqwest::get(url).await.ok()?.status() == 200).then_some(()) }
+        platform::poll_until(WAIT, "the gateway to be ready", || async {
+            (platform::readyz(&self.env).await?.0 == 200).then_some(())
         })
         .await;
         if self.socket_mode {

@@ -474,20 +474,10 @@ async fn a_refused_telegram_token_never_stops_the_api_channel() {
         WAIT,
     );
     let http = platform::http_base(&env);
-    let client = reqwest::Client::new();
-    let body = platform::poll_until(WAIT, "/readyz to report the refused token", || {
-        let client = client.clone();
-        let url = format!("{http}/readyz");
-        async move {
-            let resp = client.get(url).send().await.ok()?;
-            let status = resp.status();
-            let body: serde_json::Value = resp.json().await.ok()?;
-            let detail = body["not_ready"]["telegram"]
-                .as_str()
-                .unwrap_or_default()
-                .to_lowercase();
-            (status == 503 && detail.contains("refused")).then_some(body)
-        }
+    let body = platform::poll_until(WAIT, "/readyz to report the refused token", || async {
+        let (status, body) = platform::readyz(&env).await?;
+        let detail = body["not_ready"]["telegram"].as_str()?.to_lowercase();
+        (status == 503 && detail.contains("refused")).then_some(body)
     })
     .await;
     assert_eq!(body["ready"], false);
@@ -502,7 +492,10 @@ async fn a_refused_telegram_token_never_stops_the_api_channel() {
     assert!(tg.sent().is_empty());
     let logs = platform::logs(&env);
     assert!(logs.contains("telegram"), "{logs}");
-    assert!(!logs.contains('\u{1b}'), "ANSI colour codes in a log that is not a terminal");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "ANSI colour codes in a log that is not a terminal"
+    );
     assert!(
         !logs.contains("not-the-right-token"),
         "the token leaked into the log"

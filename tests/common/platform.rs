@@ -182,6 +182,15 @@ where
     }
 }
 
+/// `GET /readyz`: the status and the JSON body (`None` when the gateway does not answer).
+pub async fn readyz(env: &Env) -> Option<(u16, serde_json::Value)> {
+    let resp = reqwest::get(format!("{}/readyz", http_base(env)))
+        .await
+        .ok()?;
+    let status = resp.status().as_u16();
+    Some((status, resp.json().await.ok()?))
+}
+
 /// The pairing code in a message: the 8-character word from `A–Z` / `2–9`.
 pub fn pairing_code(text: &str) -> Option<String> {
     text.split(|c: char| !c.is_ascii_alphanumeric())
