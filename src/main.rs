@@ -14,9 +14,12 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only on a terminal: a log file, journald or `docker logs` gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match cli.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Human => builder.init(),

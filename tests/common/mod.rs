@@ -2,6 +2,8 @@
 //! gateway in-process or as a child process, and a recording test channel.
 #![allow(dead_code)]
 
+pub mod platform;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
