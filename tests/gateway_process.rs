@@ -191,3 +191,58 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
         "the shipped config has no unknown keys"
     );
 }
+
+fn cli(env: &Env, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(env.config_path())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_works_offline_and_through_the_admin_api() {
+    let llm = FakeLlm::start().await;
+    let env = env_with_port(&llm);
+
+    // No gateway: `chat` runs an embedded one, `sessions` open the store directly.
+    let (ok, out, err) = cli(&env, &["chat", "hello from the terminal"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "echo: hello from the terminal");
+    let (ok, out, _) = cli(&env, &["sessions", "list"]);
+    assert!(ok);
+    assert!(out.contains("cli:local\t2 messages"), "{out}");
+    let (ok, out, _) = cli(&env, &["sessions", "show", "cli:local"]);
+    assert!(ok);
+    assert!(out.contains("user: hello from the terminal"), "{out}");
+
+    // With a gateway running, the same commands go through its admin API.
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    let mode = std::fs::metadata(env.data_dir().join("admin.token")).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
+    let (ok, out, err) = cli(&env, &["chat", "through the gateway"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "echo: through the gateway");
+    let (ok, out, err) = cli(&env, &["sessions", "reset", "cli:local"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("reset cli:local"));
+    let (ok, out, _) = cli(&env, &["sessions", "list"]);
+    assert!(ok);
+    assert!(!out.contains("cli:local"), "{out}");
+    let (ok, _, err) = cli(&env, &["pairing", "approve", "telegram", "NOPE2345"]);
+    assert!(!ok);
+    assert!(err.contains("no pending pairing code"), "{err}");
+    let (ok, out, _) = cli(&env, &["skills", "list"]);
+    assert!(ok);
+    assert!(out.contains("no skills found"), "{out}");
+    gw.sigterm();
+    assert!(gw.wait_exit(WAIT).0.success());
+    assert_eq!(llm.request_count(), 2);
+}

@@ -394,3 +394,19 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
+
+pub fn skills_list(loaded: &Loaded) -> anyhow::Result<()> {
+    let skills = crate::agent::list_skills(&loaded.config);
+    if skills.is_empty() {
+        println!("no skills found in {:?}", loaded.config.gateway.skills_dirs);
+    }
+    for s in skills {
+        let status = if s.available {
+            if s.always { "available, always on".to_string() } else { "available".to_string() }
+        } else {
+            format!("unavailable: missing {}", s.missing.join(", "))
+        };
+        println!("{:<20} {:<10} {status}\n{:<20} {}", s.name, s.source, "", s.description);
+    }
+    Ok(())
+}

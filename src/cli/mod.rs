@@ -58,6 +58,17 @@ pub enum Command {
         #[command(subcommand)]
         action: SessionsAction,
     },
+    /// Bundled and workspace skills.
+    Skills {
+        #[command(subcommand)]
+        action: SkillsAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SkillsAction {
+    /// Every skill with its status: available, or what it is missing.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -126,6 +137,9 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Doctor => commands::doctor(&loaded).await,
         Command::Pairing { action } => commands::pairing(&loaded, action).await,
         Command::Sessions { action } => commands::sessions(&loaded, action).await,
+        Command::Skills {
+            action: SkillsAction::List,
+        } => commands::skills_list(&loaded),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

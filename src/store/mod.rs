@@ -108,9 +108,6 @@ pub enum Applied {
     Conflict,
 }
 
-/// Key/value pairs returned by [`Store::scan`], in key order.
-pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
-
 /// Durable trees of bytes.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
