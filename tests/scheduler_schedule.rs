@@ -51,12 +51,21 @@ fn at_relative() {
 fn at_absolute_and_local() {
     let now = t("2026-03-01T12:00:00Z");
     let at = |s: &str, tz: Tz| first(ScheduleSpec::At(s.into()), tz, now);
-    assert_eq!(at("2026-11-22T09:00:00+01:00", BERLIN), t("2026-11-22T08:00:00Z"));
-    assert_eq!(at("2026-11-22T09:00:00Z", BERLIN), t("2026-11-22T09:00:00Z"));
+    assert_eq!(
+        at("2026-11-22T09:00:00+01:00", BERLIN),
+        t("2026-11-22T08:00:00Z")
+    );
+    assert_eq!(
+        at("2026-11-22T09:00:00Z", BERLIN),
+        t("2026-11-22T09:00:00Z")
+    );
     // Local times are read in the job's timezone (CET in November, CEST in July).
     assert_eq!(at("2026-11-22 09:00", BERLIN), t("2026-11-22T08:00:00Z"));
     assert_eq!(at("2026-07-01 09:00", BERLIN), t("2026-07-01T07:00:00Z"));
-    assert_eq!(at("2026-11-22 09:00", chrono_tz::UTC), t("2026-11-22T09:00:00Z"));
+    assert_eq!(
+        at("2026-11-22 09:00", chrono_tz::UTC),
+        t("2026-11-22T09:00:00Z")
+    );
     assert_eq!(at("tomorrow 09:00", BERLIN), t("2026-03-02T08:00:00Z"));
     assert_eq!(at("today 18:30", BERLIN), t("2026-03-01T17:30:00Z"));
     // A bare time is its next occurrence: 14:00 Berlin is 13:00Z (ahead), 09:00 is tomorrow.
@@ -85,9 +94,15 @@ fn every_keeps_its_phase() {
     let s = Schedule::parse(&ScheduleSpec::Every("30m".into()), BERLIN, now).unwrap();
     assert!(s.is_recurring());
     assert_eq!(next_after(&s, BERLIN, now), Some(t("2026-03-01T12:30:00Z")));
-    assert_eq!(next_after(&s, BERLIN, t("2026-03-01T12:30:00Z")), Some(t("2026-03-01T13:00:00Z")));
+    assert_eq!(
+        next_after(&s, BERLIN, t("2026-03-01T12:30:00Z")),
+        Some(t("2026-03-01T13:00:00Z"))
+    );
     // Late by 7 minutes: the next run stays on the :00/:30 grid.
-    assert_eq!(next_after(&s, BERLIN, t("2026-03-01T13:07:00Z")), Some(t("2026-03-01T13:30:00Z")));
+    assert_eq!(
+        next_after(&s, BERLIN, t("2026-03-01T13:07:00Z")),
+        Some(t("2026-03-01T13:30:00Z"))
+    );
     let s = Schedule::parse(&ScheduleSpec::Every("1s".into()), BERLIN, now).unwrap();
     assert_eq!(next_after(&s, BERLIN, now), Some(t("2026-03-01T12:00:01Z")));
     let s = Schedule::parse(&ScheduleSpec::Every("2 hours".into()), BERLIN, now).unwrap();
@@ -112,13 +127,20 @@ fn five_field_cron_in_timezones() {
     );
     assert_eq!(
         runs("*/15 * * * *", chrono_tz::UTC, from, 3),
-        vec![t("2026-03-04T12:15:00Z"), t("2026-03-04T12:30:00Z"), t("2026-03-04T12:45:00Z")]
+        vec![
+            t("2026-03-04T12:15:00Z"),
+            t("2026-03-04T12:30:00Z"),
+            t("2026-03-04T12:45:00Z")
+        ]
     );
     assert_eq!(
         runs("30 8 1 JAN *", chrono_tz::UTC, from, 1),
         vec![t("2027-01-01T08:30:00Z")]
     );
-    assert_eq!(runs("@daily", chrono_tz::UTC, from, 1), vec![t("2026-03-05T00:00:00Z")]);
+    assert_eq!(
+        runs("@daily", chrono_tz::UTC, from, 1),
+        vec![t("2026-03-05T00:00:00Z")]
+    );
 }
 
 #[test]
@@ -144,7 +166,10 @@ fn monday_means_monday() {
             assert_eq!((local.hour(), local.minute()), (9, 0), "{expr}");
         }
     }
-    assert_eq!(runs("0 9 * * 1", BERLIN, from, 1), vec![t("2026-03-09T08:00:00Z")]);
+    assert_eq!(
+        runs("0 9 * * 1", BERLIN, from, 1),
+        vec![t("2026-03-09T08:00:00Z")]
+    );
     for expr in ["0 9 * * 0", "0 9 * * 7", "0 9 * * SUN"] {
         for r in runs(expr, BERLIN, from, 3) {
             assert_eq!(r.with_timezone(&BERLIN).weekday(), Weekday::Sun, "{expr}");
@@ -158,7 +183,16 @@ fn monday_means_monday() {
         .iter()
         .map(|r| r.with_timezone(&BERLIN).weekday())
         .collect();
-    assert_eq!(wd, [Weekday::Thu, Weekday::Fri, Weekday::Mon, Weekday::Tue, Weekday::Wed]);
+    assert_eq!(
+        wd,
+        [
+            Weekday::Thu,
+            Weekday::Fri,
+            Weekday::Mon,
+            Weekday::Tue,
+            Weekday::Wed
+        ]
+    );
     let wd: Vec<Weekday> = runs("0 9 * * 5-7", BERLIN, from, 3)
         .iter()
         .map(|r| r.with_timezone(&BERLIN).weekday())
@@ -172,7 +206,11 @@ fn day_of_month_or_weekday_like_crontab() {
     let got = runs("0 9 1 * 1", chrono_tz::UTC, t("2026-03-25T12:00:00Z"), 3);
     assert_eq!(
         got,
-        vec![t("2026-03-30T09:00:00Z"), t("2026-04-01T09:00:00Z"), t("2026-04-06T09:00:00Z")]
+        vec![
+            t("2026-03-30T09:00:00Z"),
+            t("2026-04-01T09:00:00Z"),
+            t("2026-04-06T09:00:00Z")
+        ]
     );
 }
 
@@ -222,7 +260,10 @@ fn invalid_inputs_say_what_to_do() {
     let e = err(ScheduleSpec::At("  ".into()), "UTC");
     assert!(e.contains("the schedule is empty"), "{e}");
     let e = err(ScheduleSpec::Cron("* * *".into()), "UTC");
-    assert!(e.contains("invalid cron expression") && e.contains("expected 5 fields"), "{e}");
+    assert!(
+        e.contains("invalid cron expression") && e.contains("expected 5 fields"),
+        "{e}"
+    );
     let e = err(ScheduleSpec::Cron("61 * * * *".into()), "UTC");
     assert!(e.contains("invalid cron expression \"61 * * * *\""), "{e}");
     let e = err(ScheduleSpec::Cron("0 9 * * 8".into()), "UTC");
@@ -237,7 +278,10 @@ fn invalid_inputs_say_what_to_do() {
         "unknown timezone \"Europe/Berlinn\" (did you mean \"Europe/Berlin\"?): use an IANA name like \"Europe/Berlin\""
     );
     let e = err(ScheduleSpec::Cron("0 9 * * *".into()), "Mars/Olympus");
-    assert!(e.starts_with("unknown timezone \"Mars/Olympus\": use an IANA name"), "{e}");
+    assert!(
+        e.starts_with("unknown timezone \"Mars/Olympus\": use an IANA name"),
+        "{e}"
+    );
     let e = err(ScheduleSpec::Every("500ms".into()), "UTC");
     assert_eq!(e, "`every` must be at least 1s, got \"500ms\"");
     let e = err(ScheduleSpec::Every("0s".into()), "UTC");
@@ -247,11 +291,21 @@ fn invalid_inputs_say_what_to_do() {
     let e = err(ScheduleSpec::At("2020-01-01T00:00:00Z".into()), "UTC");
     assert!(e.contains("is in the past"), "{e}");
     let e = err(ScheduleSpec::At("2026-03-01 12:59".into()), "Europe/Berlin");
-    assert!(e.contains("2026-03-01 12:59 CET is in the past (it is now 2026-03-01 13:00 CET)"), "{e}");
+    assert!(
+        e.contains("2026-03-01 12:59 CET is in the past (it is now 2026-03-01 13:00 CET)"),
+        "{e}"
+    );
     let e = err(ScheduleSpec::At("next blue moon".into()), "UTC");
-    assert!(e.contains("cannot read \"next blue moon\" as a time") && e.contains("in 10m"), "{e}");
+    assert!(
+        e.contains("cannot read \"next blue moon\" as a time") && e.contains("in 10m"),
+        "{e}"
+    );
     assert!(matches!(
-        Schedule::parse(&ScheduleSpec::Every("1ms".into()), chrono_tz::UTC, t("2026-03-01T12:00:00Z")),
+        Schedule::parse(
+            &ScheduleSpec::Every("1ms".into()),
+            chrono_tz::UTC,
+            t("2026-03-01T12:00:00Z")
+        ),
         Err(ScheduleError::TooShort(_))
     ));
 }

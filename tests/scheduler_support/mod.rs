@@ -22,9 +22,9 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// The real sled store, with `flush` run on the blocking pool: tokio does not auto-advance
-/// its paused clock while a blocking task runs, so virtual time cannot jump ahead while the
-/// disk works.
+/// The real sled store, with a blocking task alive during each `flush`: tokio does not
+/// auto-advance its paused clock while a blocking task runs, so virtual time cannot jump
+/// ahead while the disk works.
 pub struct PausedSafeStore(pub Arc<SledStore>);
 
 #[async_trait]
@@ -42,11 +42,15 @@ impl Store for PausedSafeStore {
         self.0.next_id()
     }
     async fn flush(&self) -> Result<(), StoreError> {
-        let inner = self.0.clone();
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || handle.block_on(inner.flush()))
-            .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?
+        // A blocking task that lives until the flush ends (or is abandoned: `tx` dropped).
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let inhibit = tokio::task::spawn_blocking(move || {
+            let _ = rx.recv();
+        });
+        let result = self.0.flush().await;
+        drop(tx);
+        let _ = inhibit.await;
+        result
     }
     fn len(&self, tree: Tree) -> usize {
         self.0.len(tree)
@@ -74,7 +78,11 @@ impl Channel for RecordingChannel {
             dialect: Dialect::Markdown,
         }
     }
-    async fn run(&self, _inbound: InboundSender, shutdown: CancellationToken) -> Result<(), ChannelError> {
+    async fn run(
+        &self,
+        _inbound: InboundSender,
+        shutdown: CancellationToken,
+    ) -> Result<(), ChannelError> {
         shutdown.cancelled().await;
         Ok(())
     }
@@ -113,7 +121,9 @@ impl Counter {
     }
     pub async fn wait_for(&self, n: usize, within: Duration) -> bool {
         let mut rx = self.0.subscribe();
-        tokio::time::timeout(within, rx.wait_for(|c| *c >= n)).await.is_ok()
+        tokio::time::timeout(within, rx.wait_for(|c| *c >= n))
+            .await
+            .is_ok()
     }
 }
 
@@ -203,7 +213,8 @@ impl Rig {
         config: Config,
         gate: Option<Arc<Notify>>,
     ) -> Rig {
-        let store: Arc<dyn Store> = Arc::new(PausedSafeStore(Arc::new(SledStore::open(dir).unwrap())));
+        let store: Arc<dyn Store> =
+            Arc::new(PausedSafeStore(Arc::new(SledStore::open(dir).unwrap())));
         let channel = Arc::new(RecordingChannel::default());
         let registry: ChannelRegistry = Arc::new(RwLock::new(HashMap::from([(
             "test".to_string(),
@@ -212,14 +223,27 @@ impl Rig {
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let bus = Bus::new(store.clone(), registry, 64, metrics.clone(), shutdown.clone(), tracker.clone());
+        let bus = Bus::new(
+            store.clone(),
+            registry,
+            64,
+            metrics.clone(),
+            shutdown.clone(),
+            tracker.clone(),
+        );
         let mut handler = EchoHandler::new(clock.clone());
         handler.gate = gate;
         let handler = Arc::new(handler);
         bus.set_handler(handler.clone());
         bus.replay().await.unwrap();
         let config = Arc::new(config);
-        let scheduler = Scheduler::new(store.clone(), Some(bus.clone()), config.clone(), metrics.clone(), clock.clone());
+        let scheduler = Scheduler::new(
+            store.clone(),
+            Some(bus.clone()),
+            config.clone(),
+            metrics.clone(),
+            clock.clone(),
+        );
         scheduler.start(shutdown.clone(), &tracker);
         Rig {
             store,
