@@ -85,8 +85,9 @@ impl Scheduler {
         tracker.spawn(async move { me.run(shutdown).await });
     }
 
-    /// Rebuild the index from the store; returns the number of armed jobs.
-    pub(super) fn reload(&self) -> Result<usize, StoreError> {
+    /// Rebuild the in-memory index from the store (the loop does this when it starts);
+    /// returns the number of armed jobs.
+    pub fn reload(&self) -> Result<usize, StoreError> {
         let entries = self.store.scan(Tree::Cron, &[])?;
         let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
         index.clear();
