@@ -63,43 +63,51 @@ impl Scheduler {
         }
     }
 
-    /// Fire everything due at `now_ms` (one round), then make the new job states durable.
+    /// Fire everything due at `now_ms` (one round), then record the runs and re-arm the jobs
+    /// in one write, made durable with one flush.
     async fn fire_due(&self, now_ms: i64) -> Result<(), Stop> {
         let due = self
             .index
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop_due(now_ms, ROUND);
-        let results: Vec<Result<(), Stop>> = futures_util::stream::iter(due)
+        let results: Vec<Result<Option<Pending>, Stop>> = futures_util::stream::iter(due)
             .map(|(due_ms, id)| async move { self.fire_one(&id, due_ms).await })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
+        let stop = results.iter().any(Result::is_err);
+        let pending: Vec<Pending> = results
+            .into_iter()
+            .filter_map(|r| r.ok().flatten())
+            .collect();
+        self.commit(pending).await;
         if let Err(e) = self.store.flush().await {
             tracing::error!("cannot make cron job states durable: {e}");
         }
-        if results.iter().any(Result::is_err) {
+        if stop {
             return Err(Stop);
         }
         Ok(())
     }
 
-    async fn fire_one(&self, id: &str, due_ms: i64) -> Result<(), Stop> {
+    /// Fire one job; returns the run to record (direct delivery records its own).
+    async fn fire_one(&self, id: &str, due_ms: i64) -> Result<Option<Pending>, Stop> {
         // Always the stored copy: the API may have changed or removed it since it was armed.
         let job = match self.get(id) {
             Ok(Some(job)) => job,
-            Ok(None) => return Ok(()),
+            Ok(None) => return Ok(None),
             Err(e) => {
                 tracing::error!(id, "cannot read cron job: {e}");
-                return Ok(());
+                return Ok(None);
             }
         };
         if armed(&job) != Some(due_ms) {
             self.arm(&job);
-            return Ok(());
+            return Ok(None);
         }
         let Some(due) = DateTime::from_timestamp_millis(due_ms) else {
-            return Ok(());
+            return Ok(None);
         };
         let now = self.clock.now();
         if job.schedule.is_recurring() && job.catch_up == CatchUp::Skip && now - due > MISSED_GRACE
@@ -111,8 +119,11 @@ impl Scheduler {
                 outcome: Outcome::Skipped,
                 error: Some("missed while the gateway was down".into()),
             };
-            self.commit(id, due, run, Batch::default()).await;
-            return Ok(());
+            return Ok(Some(Pending {
+                id: job.id,
+                due,
+                run,
+            }));
         }
         self.metrics
             .cron_lateness
@@ -122,17 +133,17 @@ impl Scheduler {
             Delivery::Agent => self.publish(&job, message_id, now).await,
             Delivery::Direct => {
                 // Recorded with the job's new state in one atomic write: sent exactly once.
-                return self.fire_direct(job, due, now).await;
+                self.fire_direct(job, due, now).await;
+                return Ok(None);
             }
         };
-        match run {
-            Err(Stop) => Err(Stop),
-            Ok(error) => {
-                let run = self.run_record(now, due, error);
-                self.commit(id, due, run, Batch::default()).await;
-                Ok(())
-            }
-        }
+        let error = run?;
+        let run = self.run_record(now, due, error);
+        Ok(Some(Pending {
+            id: job.id,
+            due,
+            run,
+        }))
     }
 
     /// Hand a job's message to the bus; `Ok(Some(error))` when that failed for a reason
@@ -153,21 +164,16 @@ impl Scheduler {
         }
     }
 
-    async fn fire_direct(
-        &self,
-        job: Job,
-        due: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<(), Stop> {
+    async fn fire_direct(&self, job: Job, due: DateTime<Utc>, now: DateTime<Utc>) {
         let Some(bus) = &self.bus else {
-            return Ok(());
+            return;
         };
         let reply = OutboundMessage::new(job.key.clone(), job.message.clone());
         let recorded = {
             let _w = self.writes.lock().await;
             let mut fresh = match self.get(&job.id) {
                 Ok(Some(j)) if armed(&j) == armed(&job) => j,
-                _ => return Ok(()),
+                _ => return,
             };
             fresh.record(self.run_record(now, due, None));
             fresh.rearm(due, now);
@@ -198,10 +204,14 @@ impl Scheduler {
             }
             Err(e) => {
                 let run = self.run_record(now, due, Some(e.to_string()));
-                self.commit(&job.id, due, run, Batch::default()).await;
+                self.commit(vec![Pending {
+                    id: job.id,
+                    due,
+                    run,
+                }])
+                .await;
             }
         }
-        Ok(())
     }
 
     /// `run_now`: fire outside the schedule; the run is recorded, the schedule untouched.
@@ -256,44 +266,61 @@ impl Scheduler {
         }
     }
 
-    /// Record a run of the job due at `due` and re-arm it (not durable until the round's
-    /// flush). A job removed meanwhile stays removed; one re-scheduled meanwhile keeps its
-    /// new time.
-    async fn commit(&self, id: &str, due: DateTime<Utc>, run: Run, mut batch: Batch) {
-        let now = run.at;
-        let failed = run.outcome == Outcome::Failed;
-        let job = {
+    /// Record runs and re-arm their jobs in one write (durable at the round's flush). A job
+    /// removed meanwhile stays removed; one re-scheduled meanwhile keeps its new time.
+    async fn commit(&self, pending: Vec<Pending>) {
+        if pending.is_empty() {
+            return;
+        }
+        let mut batch = Batch::default();
+        let mut jobs = Vec::with_capacity(pending.len());
+        {
             let _w = self.writes.lock().await;
-            let mut job = match self.get(id) {
-                Ok(Some(j)) => j,
-                _ => return,
-            };
-            let unchanged = job.next_run == Some(due);
-            job.record(run);
-            if unchanged {
-                let failures = job
-                    .runs
-                    .iter()
-                    .rev()
-                    .take_while(|r| r.outcome == Outcome::Failed)
-                    .count();
-                if failed && !job.schedule.is_recurring() && failures < MAX_ONE_SHOT_FAILURES {
-                    job.next_run = Some(now + RETRY_AFTER);
-                } else {
-                    job.rearm(due, now);
+            for Pending { id, due, run } in pending {
+                let Ok(Some(mut job)) = self.get(&id) else {
+                    continue;
+                };
+                let now = run.at;
+                let failed = run.outcome == Outcome::Failed;
+                let unchanged = job.next_run == Some(due);
+                job.record(run);
+                if unchanged {
+                    let failures = job
+                        .runs
+                        .iter()
+                        .rev()
+                        .take_while(|r| r.outcome == Outcome::Failed)
+                        .count();
+                    if failed && !job.schedule.is_recurring() && failures < MAX_ONE_SHOT_FAILURES {
+                        job.next_run = Some(now + RETRY_AFTER);
+                    } else {
+                        job.rearm(due, now);
+                    }
                 }
-            }
-            match job.to_bytes() {
-                Ok(bytes) => batch.put(Tree::Cron, Job::store_key(id), bytes),
-                Err(e) => tracing::error!(id, "cannot encode cron job: {e}"),
+                match job.to_bytes() {
+                    Ok(bytes) => batch.put(Tree::Cron, Job::store_key(&id), bytes),
+                    Err(e) => tracing::error!(id, "cannot encode cron job: {e}"),
+                }
+                jobs.push(job);
             }
             if let Err(e) = self.store.apply(batch) {
-                tracing::error!(id, "cannot store cron job state: {e}");
+                tracing::error!("cannot store cron job states: {e}");
             }
-            job
-        };
-        self.arm(&job);
+        }
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        for job in &jobs {
+            index.set(&job.id, armed(job));
+        }
+        drop(index);
+        self.wake.notify_one();
     }
+}
+
+/// A run to record once the round is over.
+struct Pending {
+    id: String,
+    due: DateTime<Utc>,
+    run: Run,
 }
 
 /// The `System(Cron)` message for a job.
