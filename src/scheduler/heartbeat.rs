@@ -1,10 +1,235 @@
 //! The heartbeat: periodic `System(Heartbeat)` turns when `HEARTBEAT.md` has something to do.
+//!
+//! Every `heartbeat.interval`, inside `heartbeat.active_hours` (in `gateway.timezone`), if
+//! `<workspace>/HEARTBEAT.md` has actionable content and the target chat has no turn running
+//! or waiting, one message carrying the file goes to the target with
+//! `metadata.light_context = true`. Without actionable content nothing is published, so an
+//! idle gateway makes no LLM call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Timelike;
+use switchboard_channel::{ChatKey, InboundMessage, Origin, Sender, SystemOrigin};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::clock::Clock;
+use crate::bus::Bus;
+use crate::config::Config;
+use crate::store::{Store, Tree};
+
+/// The file the heartbeat reads, in the workspace.
+pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
 
 /// A heartbeat reply that only says "nothing to do" is not delivered: `HEARTBEAT_OK` alone,
-/// or at the start or end of a reply of at most 300 characters.
+/// or at the start or end of a reply of at most 300 characters. Markdown emphasis or code
+/// marks and trailing punctuation around the token do not count.
 pub fn suppress_reply(text: &str) -> bool {
     let t = text.trim();
-    t == "HEARTBEAT_OK"
-        || (t.chars().count() <= 300
-            && (t.starts_with("HEARTBEAT_OK") || t.ends_with("HEARTBEAT_OK")))
+    let strip = |s: &str| -> String {
+        s.trim_matches(|c: char| matches!(c, '*' | '_' | '`' | '.' | '!' | ' ' | '\n'))
+            .to_string()
+    };
+    if strip(t) == "HEARTBEAT_OK" {
+        return true;
+    }
+    t.chars().count() <= 300 && {
+        let s = strip(t);
+        s.starts_with("HEARTBEAT_OK") || s.ends_with("HEARTBEAT_OK")
+    }
+}
+
+/// Whether `HEARTBEAT.md` asks for anything. Blank lines, headings, HTML comments and empty
+/// list or checkbox items (`- [ ]` with nothing after it) are not actionable; any other
+/// line (a bullet item, text under a heading) is.
+pub fn is_actionable(markdown: &str) -> bool {
+    let mut rest = markdown;
+    let mut text = String::with_capacity(markdown.len());
+    // Drop HTML comments, including multi-line and unterminated ones.
+    while let Some(start) = rest.find("<!--") {
+        text.push_str(&rest[..start]);
+        match rest[start + 4..].find("-->") {
+            Some(end) => rest = &rest[start + 4 + end + 3..],
+            None => rest = "",
+        }
+    }
+    text.push_str(rest);
+    text.lines()
+        .map(str::trim)
+        .any(|line| !(line.is_empty() || is_heading(line) || is_empty_item(line)))
+}
+
+fn is_heading(line: &str) -> bool {
+    let rest = line.trim_start_matches('#');
+    rest.len() < line.len() && (rest.is_empty() || rest.starts_with(char::is_whitespace))
+}
+
+/// `-`, `* [ ]`, `+ [x]`, `1. [ ]`: a list marker with at most an empty checkbox.
+fn is_empty_item(line: &str) -> bool {
+    let rest = if let Some(r) = line.strip_prefix(['-', '*', '+']) {
+        r
+    } else {
+        let digits = line.len() - line.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        match line[digits..].strip_prefix(['.', ')']) {
+            Some(r) if digits > 0 => r,
+            _ => return false,
+        }
+    };
+    let rest = rest.trim();
+    rest.is_empty() || matches!(rest, "[ ]" | "[]" | "[x]" | "[X]")
+}
+
+/// Whether minute-of-day `now` lies in `"HH:MM-HH:MM"` (which may cross midnight). An empty
+/// or unreadable setting means always.
+pub fn in_active_hours(active_hours: &str, now_minutes: u32) -> bool {
+    let Some((start, end)) = parse_active_hours(active_hours) else {
+        return true;
+    };
+    match start.cmp(&end) {
+        std::cmp::Ordering::Equal => true,
+        std::cmp::Ordering::Less => start <= now_minutes && now_minutes < end,
+        std::cmp::Ordering::Greater => now_minutes >= start || now_minutes < end,
+    }
+}
+
+// Same rule as `config::load::parse_active_hours`, which config validation has applied
+// already (that module is private to `config`).
+fn parse_active_hours(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.trim().split_once('-')?;
+    let hm = |t: &str| -> Option<u32> {
+        let (h, m) = t.trim().split_once(':')?;
+        let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
+        (h <= 24 && m < 60 && h * 60 + m <= 24 * 60).then_some(h * 60 + m)
+    };
+    Some((hm(a)?, hm(b)?))
+}
+
+/// What one heartbeat tick did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Beat {
+    /// A `System(Heartbeat)` message went to this chat.
+    Published(ChatKey),
+    OutsideActiveHours,
+    /// `HEARTBEAT.md` is missing or has nothing actionable: no message, no LLM call.
+    NotActionable,
+    /// `target = "last"` and no chat has been active yet.
+    NoTarget,
+    /// The target chat has a turn running or waiting; try at the next tick.
+    Busy(ChatKey),
+    Failed(String),
+}
+
+/// The heartbeat producer.
+pub struct Heartbeat {
+    store: Arc<dyn Store>,
+    bus: Arc<Bus>,
+    config: Arc<Config>,
+    clock: Arc<dyn Clock>,
+    model: Option<String>,
+}
+
+impl Heartbeat {
+    pub fn new(
+        store: Arc<dyn Store>,
+        bus: Arc<Bus>,
+        config: Arc<Config>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            store,
+            bus,
+            config,
+            clock,
+            model: None,
+        }
+    }
+
+    /// The model heartbeat turns use instead of `llm.model` (`metadata.model`).
+    pub fn with_model(mut self, model: Option<String>) -> Self {
+        self.model = model.filter(|m| !m.trim().is_empty());
+        self
+    }
+
+    /// Tick every `heartbeat.interval` until shutdown (no-op when disabled).
+    pub fn start(self, shutdown: CancellationToken, tracker: &TaskTracker) {
+        if !self.config.heartbeat.enabled {
+            return;
+        }
+        tracker.spawn(async move { self.run(shutdown).await });
+    }
+
+    async fn run(self, shutdown: CancellationToken) {
+        let every = self
+            .config
+            .heartbeat
+            .interval
+            .get()
+            .max(Duration::from_secs(1));
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = ticks.tick() => {
+                    let beat = self.beat().await;
+                    tracing::debug!(?beat, "heartbeat");
+                }
+            }
+        }
+    }
+
+    /// One tick: check hours, the file and the target, then publish at most one message.
+    pub async fn beat(&self) -> Beat {
+        let hb = &self.config.heartbeat;
+        let now = self.clock.now();
+        let local = now.with_timezone(&self.config.gateway.tz());
+        if !in_active_hours(&hb.active_hours, local.hour() * 60 + local.minute()) {
+            return Beat::OutsideActiveHours;
+        }
+        let path = self.config.gateway.workspace.join(HEARTBEAT_FILE);
+        let content = match tokio::fs::read_to_string(&path).await {
+            Ok(c) if is_actionable(&c) => c,
+            _ => return Beat::NotActionable,
+        };
+        let key = match self.target() {
+            Some(k) => k,
+            None => return Beat::NoTarget,
+        };
+        // One heartbeat at a time, and never on top of a conversation in progress.
+        if self.bus.is_running(&key) || self.bus.queued_for(&key) > 0 {
+            return Beat::Busy(key);
+        }
+        let mut msg = InboundMessage::text(
+            format!("heartbeat:{}", now.timestamp_millis()),
+            key.clone(),
+            Sender {
+                id: "heartbeat".into(),
+                username: None,
+                display_name: "Heartbeat".into(),
+                is_owner: false,
+            },
+            content,
+        );
+        msg.received_at = now;
+        msg.origin = Origin::System(SystemOrigin::Heartbeat);
+        msg.metadata.insert("light_context".into(), true.into());
+        if let Some(model) = &self.model {
+            msg.metadata.insert("model".into(), model.clone().into());
+        }
+        match self.bus.publish(msg).await {
+            Ok(_) => Beat::Published(key),
+            Err(e) => Beat::Failed(e.to_string()),
+        }
+    }
+
+    fn target(&self) -> Option<ChatKey> {
+        let target = self.config.heartbeat.target.trim();
+        if target == "last" {
+            let raw = self.store.get(Tree::Meta, b"last_active").ok()??;
+            String::from_utf8(raw).ok()?.parse().ok()
+        } else {
+            target.parse().ok()
+        }
+    }
 }

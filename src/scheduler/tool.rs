@@ -1,0 +1,184 @@
+//! The `cron` tool: the agent adds, lists, removes and runs reminders and cron jobs. Jobs
+//! target the current chat; only the owner may see or touch other chats' jobs.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use switchboard_channel::ChatKey;
+
+use super::engine::Scheduler;
+use super::job::{CatchUp, Delivery, Job, NewJob};
+use super::schedule::{ScheduleError, ScheduleSpec, local};
+use crate::agent::tool::{Tool, ToolContext, ToolError};
+
+/// The `cron` tool over a [`Scheduler`].
+pub struct CronTool {
+    scheduler: Arc<Scheduler>,
+}
+
+impl CronTool {
+    pub fn new(scheduler: Arc<Scheduler>) -> Self {
+        Self { scheduler }
+    }
+}
+
+fn arg<'a>(args: &'a Value, name: &str) -> Option<&'a str> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+fn job_json(job: &Job) -> Value {
+    let tz = job.tz();
+    json!({
+        "id": job.id,
+        "key": job.key.to_string(),
+        "message": job.message,
+        "schedule": job.schedule.describe(tz),
+        "next_run": job.next_run.filter(|_| job.enabled).map(|t| local(&t, tz)),
+        "enabled": job.enabled,
+        "delivery": job.delivery,
+    })
+}
+
+fn failed(e: ScheduleError) -> ToolError {
+    if e.is_user_error() {
+        ToolError::InvalidArguments(e.to_string())
+    } else {
+        ToolError::Failed(e.to_string())
+    }
+}
+
+impl CronTool {
+    /// The target chat: the current one, or (owner only) the `key` argument.
+    fn target(&self, args: &Value, ctx: &ToolContext) -> Result<ChatKey, ToolError> {
+        match arg(args, "key") {
+            None => Ok(ctx.key.clone()),
+            Some(k) => {
+                let key: ChatKey = k.parse().map_err(|e: switchboard_channel::ParseKeyError| {
+                    ToolError::InvalidArguments(e.to_string())
+                })?;
+                if key != ctx.key && !ctx.sender_is_owner {
+                    return Err(ToolError::Refused(
+                        "only the owner can schedule jobs for another chat".into(),
+                    ));
+                }
+                Ok(key)
+            }
+        }
+    }
+
+    /// A job the caller may touch; others' jobs look absent (their ids are not confirmed).
+    fn visible_job(&self, args: &Value, ctx: &ToolContext) -> Result<Job, ToolError> {
+        let id = arg(args, "id")
+            .ok_or_else(|| ToolError::InvalidArguments("missing required id".into()))?;
+        match self.scheduler.get(id).map_err(failed)? {
+            Some(job) if ctx.sender_is_owner || job.key == ctx.key => Ok(job),
+            _ => Err(ToolError::Failed(format!(
+                "no job with id {id:?} in this chat (use action \"list\" to see the ids)"
+            ))),
+        }
+    }
+
+    async fn add(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let message = arg(args, "message")
+            .ok_or_else(|| ToolError::InvalidArguments("missing required message".into()))?;
+        let specs: Vec<ScheduleSpec> = [
+            arg(args, "at").map(|s| ScheduleSpec::At(s.into())),
+            arg(args, "every").map(|s| ScheduleSpec::Every(s.into())),
+            arg(args, "cron").map(|s| ScheduleSpec::Cron(s.into())),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let spec = match <[ScheduleSpec; 1]>::try_from(specs) {
+            Ok([spec]) => spec,
+            Err(v) if v.is_empty() => return Err(failed(ScheduleError::Empty)),
+            Err(_) => return Err(failed(ScheduleError::Ambiguous)),
+        };
+        let key = self.target(args, ctx)?;
+        let mut new = NewJob::new(key, message, spec, &format!("chat:{}", ctx.key));
+        new.tz = arg(args, "tz").map(String::from);
+        new.delivery = match arg(args, "delivery") {
+            Some("direct") => Delivery::Direct,
+            _ => Delivery::Agent,
+        };
+        new.catch_up = match arg(args, "catch_up") {
+            Some("skip") => CatchUp::Skip,
+            _ => CatchUp::Once,
+        };
+        let job = self.scheduler.add(new).await.map_err(failed)?;
+        Ok(json!({"added": job_json(&job)}).to_string())
+    }
+}
+
+#[async_trait]
+impl Tool for CronTool {
+    fn name(&self) -> &'static str {
+        "cron"
+    }
+
+    fn description(&self) -> &'static str {
+        "Schedule reminders and recurring jobs for this chat. action=add with message and one of \
+         at (\"in 10m\", \"tomorrow 09:00\", RFC 3339), every (\"30m\") or cron (\"0 9 * * MON-FRI\"), \
+         optional tz (IANA); action=list; action=remove or run with id. When a job fires you get \
+         its message and write the reminder."
+    }
+
+    fn schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["add", "list", "remove", "run"]},
+                "message": {"type": "string", "description": "add: what to do or say when the job fires"},
+                "at": {"type": "string", "description": "add, once: RFC 3339, \"in 10m\", \"2026-11-22 09:00\" or \"tomorrow 09:00\" (in tz)"},
+                "every": {"type": "string", "description": "add, repeating: a duration like \"30m\" or \"1h\" (at least 1s)"},
+                "cron": {"type": "string", "description": "add, repeating: crontab \"min hour day month weekday\", Sunday = 0 or 7"},
+                "tz": {"type": "string", "description": "add: IANA timezone like \"Europe/Berlin\" (default: the gateway's)"},
+                "delivery": {"type": "string", "enum": ["agent", "direct"], "description": "add: \"direct\" sends the message text as is, without you"},
+                "catch_up": {"type": "string", "enum": ["once", "skip"], "description": "add: runs missed while offline fire once (default) or are skipped"},
+                "id": {"type": "string", "description": "remove/run: the job id"},
+                "key": {"type": "string", "description": "owner only: another chat's key (default: this chat)"}
+            },
+            "required": ["action"]
+        })
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        match arg(&args, "action") {
+            Some("add") => self.add(&args, ctx).await,
+            Some("list") => {
+                let key = match (arg(&args, "key"), ctx.sender_is_owner) {
+                    (Some(_), _) => Some(self.target(&args, ctx)?),
+                    (None, true) => None,
+                    (None, false) => Some(ctx.key.clone()),
+                };
+                let jobs: Vec<Value> = self
+                    .scheduler
+                    .list(key.as_ref())
+                    .iter()
+                    .map(job_json)
+                    .collect();
+                Ok(json!({"jobs": jobs}).to_string())
+            }
+            Some("remove") => {
+                let job = self.visible_job(&args, ctx)?;
+                self.scheduler.remove(&job.id).await.map_err(failed)?;
+                Ok(json!({"removed": job.id}).to_string())
+            }
+            Some("run") => {
+                let job = self.visible_job(&args, ctx)?;
+                self.scheduler.run_now(&job.id).await.map_err(failed)?;
+                Ok(json!({"ran": job.id}).to_string())
+            }
+            Some(other) => Err(ToolError::InvalidArguments(format!(
+                "unknown action {other:?}: use add, list, remove or run"
+            ))),
+            None => Err(ToolError::InvalidArguments(
+                "missing required action".into(),
+            )),
+        }
+    }
+}

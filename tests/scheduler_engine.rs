@@ -1,0 +1,374 @@
+//! The firing engine on the real store and bus, under tokio's paused clock: jobs fire on
+//! time as `System(Cron)` messages for their chat, replies reach the chat, jobs survive
+//! restarts, missed runs follow their catch-up policy.
+
+mod scheduler_support;
+
+use std::time::Duration;
+
+use chrono::{Datelike, Timelike, Weekday};
+use scheduler_support::{Rig, at, key};
+use switchboard::config::Config;
+use switchboard::scheduler::{CatchUp, Delivery, NewJob, Outcome, ScheduleSpec};
+use switchboard_channel::{Origin, SystemOrigin};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn job(spec: ScheduleSpec, message: &str) -> NewJob {
+    NewJob::new(key(), message, spec, "cli")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reminder_fires_at_its_time_as_system_cron_and_the_reply_reaches_the_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let j = rig
+        .scheduler
+        .add(job(ScheduleSpec::At("in 10m".into()), "call mum"))
+        .await
+        .unwrap();
+    assert_eq!(j.next_run, Some(at("2026-03-01T12:10:00Z")));
+
+    assert!(
+        rig.handler.wait_for(1, 2 * HOUR).await,
+        "the reminder fired"
+    );
+    let (msg, seen_at) = rig.handler.received().remove(0);
+    let due_ms = at("2026-03-01T12:10:00Z").timestamp_millis();
+    assert_eq!(msg.id, format!("cron:{}:{due_ms}", j.id));
+    assert_eq!(msg.key, key());
+    assert_eq!(msg.text, "call mum");
+    assert_eq!(
+        msg.origin,
+        Origin::System(SystemOrigin::Cron {
+            job_id: j.id.clone()
+        })
+    );
+    // Not early, and not late by more than a tick of the paused clock.
+    assert!(seen_at >= at("2026-03-01T12:10:00Z"), "{seen_at}");
+    assert!(seen_at < at("2026-03-01T12:10:01Z"), "{seen_at}");
+
+    assert!(rig.channel.wait_for(1, HOUR).await);
+    let sent = rig.channel.sent();
+    assert_eq!(sent[0].key, key());
+    assert_eq!(sent[0].text, "echo: call mum");
+
+    // One-shot: disabled after its run, which is in the history.
+    let stored = rig.scheduler.get(&j.id).unwrap().unwrap();
+    assert!(!stored.enabled);
+    assert_eq!(stored.next_run, None);
+    assert_eq!(stored.runs.len(), 1);
+    assert_eq!(stored.runs[0].outcome, Outcome::Ok);
+    assert_eq!(stored.runs[0].due, at("2026-03-01T12:10:00Z"));
+    assert_eq!(
+        rig.metrics
+            .cron_runs
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert!(!rig.handler.wait_for(2, 5 * HOUR).await, "fired only once");
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn absolute_and_recurring_jobs_fire_on_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let every = rig
+        .scheduler
+        .add(job(ScheduleSpec::Every("20m".into()), "stretch"))
+        .await
+        .unwrap();
+    let mut new = job(ScheduleSpec::At("2026-03-01 14:05".into()), "meeting");
+    new.tz = Some("Europe/Berlin".into());
+    let once = rig.scheduler.add(new).await.unwrap();
+    assert_eq!(once.next_run, Some(at("2026-03-01T13:05:00Z")));
+
+    assert!(rig.handler.wait_for(4, 2 * HOUR).await);
+    let got: Vec<(String, chrono::DateTime<chrono::Utc>)> = rig
+        .handler
+        .received()
+        .into_iter()
+        .take(4)
+        .map(|(m, t)| (m.text, t))
+        .collect();
+    assert_eq!(
+        got.iter().map(|(m, _)| m.as_str()).collect::<Vec<_>>(),
+        ["stretch", "stretch", "stretch", "meeting"]
+    );
+    for (i, expect) in ["12:20", "12:40", "13:00", "13:05"].iter().enumerate() {
+        assert_eq!(got[i].1.format("%H:%M").to_string(), *expect, "run {i}");
+    }
+    let stored = rig.scheduler.get(&every.id).unwrap().unwrap();
+    assert!(stored.enabled);
+    assert!(stored.next_run.unwrap() > at("2026-03-01T13:05:00Z"));
+    assert_eq!(stored.runs.len(), 3);
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_weekday_cron_job_in_a_timezone_fires_on_monday_morning_local_time() {
+    let dir = tempfile::tempdir().unwrap();
+    // Wednesday 2026-03-04.
+    let rig = Rig::start(dir.path(), at("2026-03-04T12:00:00Z"), Config::default()).await;
+    let mut new = job(ScheduleSpec::Cron("0 9 * * 1".into()), "weekly review");
+    new.tz = Some("America/New_York".into());
+    rig.scheduler.add(new).await.unwrap();
+    assert!(rig.handler.wait_for(2, 24 * 15 * HOUR).await);
+    for (_, seen) in rig.handler.received().into_iter().take(2) {
+        let local = seen.with_timezone(&chrono_tz::America::New_York);
+        assert_eq!(local.weekday(), Weekday::Mon, "{local}");
+        assert_eq!((local.hour(), local.minute()), (9, 0), "{local}");
+    }
+    // The first Monday is 2026-03-09 (EDT starts 2026-03-08): 13:00Z.
+    assert_eq!(
+        rig.handler.received()[0]
+            .1
+            .format("%Y-%m-%d %H:%M")
+            .to_string(),
+        "2026-03-09 13:00"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn direct_delivery_sends_the_text_without_a_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let mut new = job(ScheduleSpec::At("in 5m".into()), "Stand-up in 5 minutes");
+    new.delivery = Delivery::Direct;
+    let j = rig.scheduler.add(new).await.unwrap();
+    assert!(rig.channel.wait_for(1, HOUR).await);
+    assert_eq!(rig.channel.sent()[0].text, "Stand-up in 5 minutes");
+    assert_eq!(rig.handler.count(), 0, "no turn, no LLM call");
+    let stored = rig.scheduler.get(&j.id).unwrap().unwrap();
+    assert!(!stored.enabled);
+    assert_eq!(stored.runs[0].outcome, Outcome::Ok);
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn removed_jobs_do_not_fire_and_run_now_fires_without_touching_the_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let gone = rig
+        .scheduler
+        .add(job(ScheduleSpec::At("in 10m".into()), "gone"))
+        .await
+        .unwrap();
+    let kept = rig
+        .scheduler
+        .add(job(ScheduleSpec::At("in 1h".into()), "kept"))
+        .await
+        .unwrap();
+    assert_eq!(rig.scheduler.remove(&gone.id).await.unwrap().id, gone.id);
+    assert!(rig.scheduler.remove(&gone.id).await.is_err());
+    assert!(rig.scheduler.get(&gone.id).unwrap().is_none());
+
+    rig.scheduler.run_now(&kept.id).await.unwrap();
+    assert!(rig.handler.wait_for(1, Duration::from_secs(1)).await);
+    let (first, _) = rig.handler.received().remove(0);
+    assert_eq!(first.text, "kept");
+    assert!(
+        first.id.starts_with(&format!("cron:{}:now:", kept.id)),
+        "{}",
+        first.id
+    );
+    let stored = rig.scheduler.get(&kept.id).unwrap().unwrap();
+    assert_eq!(stored.next_run, kept.next_run);
+    assert!(stored.enabled);
+
+    assert!(rig.handler.wait_for(2, 2 * HOUR).await);
+    let texts: Vec<String> = rig
+        .handler
+        .received()
+        .into_iter()
+        .map(|(m, _)| m.text)
+        .collect();
+    assert_eq!(texts, ["kept", "kept"], "the removed job never fired");
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn jobs_survive_a_restart_and_fire_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let j = rig
+        .scheduler
+        .add(job(ScheduleSpec::At("in 2h".into()), "later"))
+        .await
+        .unwrap();
+    let c = rig
+        .scheduler
+        .add(job(ScheduleSpec::Cron("0 * * * *".into()), "hourly"))
+        .await
+        .unwrap();
+    rig.stop().await;
+
+    // Back 30 minutes later, before anything was due.
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:30:00Z"), Config::default()).await;
+    let listed: Vec<String> = rig
+        .scheduler
+        .list(Some(&key()))
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(listed, [c.id.clone(), j.id.clone()], "soonest first");
+    // 13:00 hourly, then at 14:00 both jobs (in either order).
+    assert!(rig.handler.wait_for(3, 2 * HOUR).await);
+    let got: Vec<(String, String)> = rig
+        .handler
+        .received()
+        .into_iter()
+        .map(|(m, t)| (m.text, t.format("%H:%M").to_string()))
+        .collect();
+    assert_eq!(got[0], ("hourly".into(), "13:00".into()));
+    assert!(got.contains(&("later".into(), "14:00".into())), "{got:?}");
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_missed_during_downtime_fires_once_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let j = rig
+        .scheduler
+        .add(job(ScheduleSpec::At("in 10m".into()), "missed"))
+        .await
+        .unwrap();
+    rig.stop().await;
+
+    let rig = Rig::start(dir.path(), at("2026-03-01T15:00:00Z"), Config::default()).await;
+    assert!(
+        rig.handler.wait_for(1, Duration::from_secs(5)).await,
+        "fires at start"
+    );
+    let (msg, seen) = rig.handler.received().remove(0);
+    assert_eq!(msg.text, "missed");
+    assert!(seen < at("2026-03-01T15:00:05Z"));
+    assert!(!rig.handler.wait_for(2, 3 * HOUR).await, "and only once");
+    let stored = rig.scheduler.get(&j.id).unwrap().unwrap();
+    assert!(!stored.enabled);
+    assert_eq!(stored.runs.len(), 1);
+    rig.stop().await;
+
+    // Another restart does not bring it back.
+    let rig = Rig::start(dir.path(), at("2026-03-01T19:00:00Z"), Config::default()).await;
+    assert!(!rig.handler.wait_for(1, HOUR).await);
+    rig.stop().await;
+}
+
+async fn downtime(catch_up: CatchUp) -> (Vec<(String, String)>, Vec<Outcome>) {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let mut new = job(ScheduleSpec::Every("1h".into()), "hourly check");
+    new.catch_up = catch_up;
+    let j = rig.scheduler.add(new).await.unwrap();
+    rig.stop().await;
+    // Down from 12:00 to 17:30: runs due 13:00 … 17:00 were missed.
+    let rig = Rig::start(dir.path(), at("2026-03-01T17:30:00Z"), Config::default()).await;
+    let _ = rig
+        .handler
+        .wait_for(2, 45 * 60 * Duration::from_secs(1))
+        .await;
+    let got = rig
+        .handler
+        .received()
+        .into_iter()
+        .map(|(m, t)| {
+            (
+                m.id.rsplit(':').next().unwrap_or("").to_string(),
+                t.format("%H:%M").to_string(),
+            )
+        })
+        .collect();
+    let outcomes = rig
+        .scheduler
+        .get(&j.id)
+        .unwrap()
+        .unwrap()
+        .runs
+        .iter()
+        .map(|r| r.outcome)
+        .collect();
+    rig.stop().await;
+    (got, outcomes)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recurring_job_fires_once_for_a_missed_window_with_catch_up_once() {
+    let (got, outcomes) = downtime(CatchUp::Once).await;
+    let due_13 = at("2026-03-01T13:00:00Z").timestamp_millis().to_string();
+    let due_18 = at("2026-03-01T18:00:00Z").timestamp_millis().to_string();
+    // Once at start for the whole window (the earliest missed due time), then on schedule.
+    assert_eq!(
+        got,
+        vec![(due_13, "17:30".into()), (due_18, "18:00".into())]
+    );
+    assert_eq!(outcomes, [Outcome::Ok, Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recurring_job_skips_a_missed_window_with_catch_up_skip() {
+    let (got, outcomes) = downtime(CatchUp::Skip).await;
+    let due_18 = at("2026-03-01T18:00:00Z").timestamp_millis().to_string();
+    assert_eq!(got, vec![(due_18, "18:00".into())], "nothing at start");
+    assert_eq!(outcomes, [Outcome::Skipped, Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn jobs_added_while_others_fire_are_never_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let ticker = rig
+        .scheduler
+        .add(job(ScheduleSpec::Every("1s".into()), "tick"))
+        .await
+        .unwrap();
+    let mut added = Vec::new();
+    for i in 0..20 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let j = rig
+            .scheduler
+            .add(job(ScheduleSpec::At("in 1h".into()), &format!("added {i}")))
+            .await
+            .unwrap();
+        added.push(j.id);
+    }
+    rig.stop().await;
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:20Z"), Config::default()).await;
+    let ids: Vec<String> = rig.scheduler.list(None).into_iter().map(|j| j.id).collect();
+    for id in &added {
+        assert!(ids.contains(id), "{id} was lost");
+    }
+    let t = rig.scheduler.get(&ticker.id).unwrap().unwrap();
+    assert!(
+        t.runs.len() >= 10,
+        "the ticker kept firing: {}",
+        t.runs.len()
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn reminders_lists_this_chats_jobs_in_their_timezone() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    assert_eq!(
+        rig.scheduler.reminders_text(&key()),
+        "No reminders in this chat."
+    );
+    let mut new = job(ScheduleSpec::At("tomorrow 09:00".into()), "call mum");
+    new.tz = Some("Europe/Berlin".into());
+    let j = rig.scheduler.add(new).await.unwrap();
+    let mut other = job(ScheduleSpec::Every("1h".into()), "not here");
+    other.key = "test:other".parse().unwrap();
+    rig.scheduler.add(other).await.unwrap();
+    let text = rig.scheduler.reminders_text(&key());
+    assert!(text.starts_with("Reminders in this chat (1):"), "{text}");
+    assert!(text.contains(&j.id), "{text}");
+    assert!(text.contains("next 2026-03-02 09:00 CET"), "{text}");
+    assert!(text.contains("call mum"), "{text}");
+    assert!(!text.contains("not here"), "{text}");
+    rig.stop().await;
+}

@@ -1,0 +1,270 @@
+//! Shared rig for the scheduler tests: the real sled store in a tempdir, a real bus with a
+//! recording test channel, a stub turn handler that echoes, and a clock on tokio's time.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use switchboard::bus::{Bus, ChannelRegistry, Interrupted, TurnHandler, TurnInput, TurnOutput};
+use switchboard::config::Config;
+use switchboard::metrics::Metrics;
+use switchboard::scheduler::{Clock, Scheduler, TokioClock};
+use switchboard::store::{Applied, Batch, SledStore, Store, StoreError, Tree};
+use switchboard_channel::{
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
+    OutboundMessage, SendError, SendReceipt,
+};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The real sled store, with a blocking task alive during each `flush`: tokio does not
+/// auto-advance its paused clock while a blocking task runs, so virtual time cannot jump
+/// ahead while the disk works.
+pub struct PausedSafeStore(pub Arc<SledStore>);
+
+#[async_trait]
+impl Store for PausedSafeStore {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get(tree, key)
+    }
+    fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        self.0.scan(tree, prefix)
+    }
+    fn apply(&self, batch: Batch) -> Result<Applied, StoreError> {
+        self.0.apply(batch)
+    }
+    fn next_id(&self) -> Result<u64, StoreError> {
+        self.0.next_id()
+    }
+    async fn flush(&self) -> Result<(), StoreError> {
+        // A blocking task that lives until the flush ends (or is abandoned: `tx` dropped).
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let inhibit = tokio::task::spawn_blocking(move || {
+            let _ = rx.recv();
+        });
+        let result = self.0.flush().await;
+        drop(tx);
+        let _ = inhibit.await;
+        result
+    }
+    fn len(&self, tree: Tree) -> usize {
+        self.0.len(tree)
+    }
+}
+
+/// A channel that records what it was asked to send.
+#[derive(Default)]
+pub struct RecordingChannel {
+    pub sent: Mutex<Vec<OutboundMessage>>,
+    count: Counter,
+}
+
+#[async_trait]
+impl Channel for RecordingChannel {
+    fn name(&self) -> &str {
+        "test"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            edits: false,
+            typing: false,
+            threads: false,
+            max_message_len: 4000,
+            dialect: Dialect::Markdown,
+        }
+    }
+    async fn run(
+        &self,
+        _inbound: InboundSender,
+        shutdown: CancellationToken,
+    ) -> Result<(), ChannelError> {
+        shutdown.cancelled().await;
+        Ok(())
+    }
+    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+        self.sent.lock().unwrap().push(msg.clone());
+        self.count.bump();
+        Ok(SendReceipt::default())
+    }
+    async fn typing(&self, _key: &ChatKey) -> Result<(), SendError> {
+        Ok(())
+    }
+}
+
+impl RecordingChannel {
+    pub fn sent(&self) -> Vec<OutboundMessage> {
+        self.sent.lock().unwrap().clone()
+    }
+    /// Wait (bounded) until at least `n` messages were sent.
+    pub async fn wait_for(&self, n: usize, within: Duration) -> bool {
+        self.count.wait_for(n, within).await
+    }
+}
+
+/// A monotonically growing count one can wait on.
+pub struct Counter(watch::Sender<usize>);
+
+impl Default for Counter {
+    fn default() -> Self {
+        Self(watch::channel(0).0)
+    }
+}
+
+impl Counter {
+    pub fn bump(&self) {
+        self.0.send_modify(|c| *c += 1);
+    }
+    pub async fn wait_for(&self, n: usize, within: Duration) -> bool {
+        let mut rx = self.0.subscribe();
+        tokio::time::timeout(within, rx.wait_for(|c| *c >= n))
+            .await
+            .is_ok()
+    }
+}
+
+/// A turn handler standing in for the agent: records each inbound message (with the clock
+/// reading when it arrived) and answers `echo: <text>`. With a gate it waits until opened.
+pub struct EchoHandler {
+    pub received: Mutex<Vec<(InboundMessage, DateTime<Utc>)>>,
+    count: Counter,
+    clock: Arc<dyn Clock>,
+    pub gate: Option<Arc<Notify>>,
+}
+
+impl EchoHandler {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            received: Mutex::new(Vec::new()),
+            count: Counter::default(),
+            clock,
+            gate: None,
+        }
+    }
+    pub fn received(&self) -> Vec<(InboundMessage, DateTime<Utc>)> {
+        self.received.lock().unwrap().clone()
+    }
+    pub fn count(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+    pub async fn wait_for(&self, n: usize, within: Duration) -> bool {
+        self.count.wait_for(n, within).await
+    }
+}
+
+#[async_trait]
+impl TurnHandler for EchoHandler {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        let now = self.clock.now();
+        for m in &turn.messages {
+            self.received.lock().unwrap().push((m.clone(), now));
+            self.count.bump();
+        }
+        if let Some(gate) = &self.gate {
+            gate.notified().await;
+        }
+        let replies = turn
+            .messages
+            .iter()
+            .map(|m| OutboundMessage::new(turn.key.clone(), format!("echo: {}", m.text)))
+            .collect();
+        Ok(TurnOutput {
+            replies,
+            writes: Batch::default(),
+        })
+    }
+}
+
+/// A running gateway slice: store, bus, channel, handler, scheduler.
+pub struct Rig {
+    pub store: Arc<dyn Store>,
+    pub bus: Arc<Bus>,
+    pub channel: Arc<RecordingChannel>,
+    pub handler: Arc<EchoHandler>,
+    pub scheduler: Arc<Scheduler>,
+    pub metrics: Arc<Metrics>,
+    pub config: Arc<Config>,
+    pub clock: Arc<dyn Clock>,
+    pub shutdown: CancellationToken,
+    pub tracker: TaskTracker,
+}
+
+pub fn key() -> ChatKey {
+    "test:chat1".parse().unwrap()
+}
+
+pub fn at(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+impl Rig {
+    /// Open the store in `dir` and start everything with the wall clock reading `now`.
+    pub async fn start(dir: &Path, now: DateTime<Utc>, config: Config) -> Rig {
+        Self::start_with(dir, Arc::new(TokioClock::starting_at(now)), config, None).await
+    }
+
+    pub async fn start_with(
+        dir: &Path,
+        clock: Arc<dyn Clock>,
+        config: Config,
+        gate: Option<Arc<Notify>>,
+    ) -> Rig {
+        let store: Arc<dyn Store> =
+            Arc::new(PausedSafeStore(Arc::new(SledStore::open(dir).unwrap())));
+        let channel = Arc::new(RecordingChannel::default());
+        let registry: ChannelRegistry = Arc::new(RwLock::new(HashMap::from([(
+            "test".to_string(),
+            channel.clone() as Arc<dyn Channel>,
+        )])));
+        let metrics = Arc::new(Metrics::default());
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let bus = Bus::new(
+            store.clone(),
+            registry,
+            64,
+            metrics.clone(),
+            shutdown.clone(),
+            tracker.clone(),
+        );
+        let mut handler = EchoHandler::new(clock.clone());
+        handler.gate = gate;
+        let handler = Arc::new(handler);
+        bus.set_handler(handler.clone());
+        bus.replay().await.unwrap();
+        let config = Arc::new(config);
+        let scheduler = Scheduler::new(
+            store.clone(),
+            Some(bus.clone()),
+            config.clone(),
+            metrics.clone(),
+            clock.clone(),
+        );
+        scheduler.start(shutdown.clone(), &tracker);
+        Rig {
+            store,
+            bus,
+            channel,
+            handler,
+            scheduler,
+            metrics,
+            config,
+            clock,
+            shutdown,
+            tracker,
+        }
+    }
+
+    /// Shut down and release the store (so it can be reopened: a restart).
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        tokio::time::timeout(Duration::from_secs(30), self.tracker.wait())
+            .await
+            .expect("tasks stop");
+    }
+}
