@@ -262,9 +262,18 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
         ("SLACK_SIGNING_SECRET", SLACK_SECRET.to_string()),
     ];
     for (name, cfg) in [
-        ("telegram", format!("{tg_on}{}{}", off("discord"), off("slack"))),
-        ("discord", format!("{}{dc_on}{}", off("telegram"), off("slack"))),
-        ("slack", format!("{}{}{sl_on}", off("telegram"), off("discord"))),
+        (
+            "telegram",
+            format!("{tg_on}{}{}", off("discord"), off("slack")),
+        ),
+        (
+            "discord",
+            format!("{}{dc_on}{}", off("telegram"), off("slack")),
+        ),
+        (
+            "slack",
+            format!("{}{}{sl_on}", off("telegram"), off("discord")),
+        ),
         ("all three", format!("{tg_on}{dc_on}{sl_on}")),
     ] {
         let (gw, ready) = start_gateway(llm, &cfg, &envs).await;
@@ -281,7 +290,9 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
     let cfg = format!("{tg_on}{}{}", off("discord"), off("slack"));
     let (gw, _) = start_gateway(llm, &cfg, &envs).await;
     let before = tg.sent().len();
-    let users: Vec<TgUser> = (0..1000).map(|i| TgUser::new(100_000 + i, &format!("user{i}"))).collect();
+    let users: Vec<TgUser> = (0..1000)
+        .map(|i| TgUser::new(100_000 + i, &format!("user{i}")))
+        .collect();
     let started = Instant::now();
     for round in 0..5 {
         for u in &users {
@@ -293,7 +304,10 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
         .await
         .expect("all Telegram replies sent");
     let secs = started.elapsed().as_secs_f64();
-    println!("telegram throughput:      {:.0} messages/s (1 000 chats x 5, update to sendMessage)", total as f64 / secs);
+    println!(
+        "telegram throughput:      {:.0} messages/s (1 000 chats x 5, update to sendMessage)",
+        total as f64 / secs
+    );
     drop(gw);
 
     // Slack Events API: POST /slack/events at 200 events/s.
@@ -310,7 +324,12 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
         ticker.tick().await;
         let (http, base, lat) = (http.clone(), gw.base.clone(), lat.clone());
         tasks.push(tokio::spawn(async move {
-            let event = fake_slack::events::dm(&format!("D{}", i % 50), "U123", "hello", &format!("1700000000.{i:06}"));
+            let event = fake_slack::events::dm(
+                &format!("D{}", i % 50),
+                "U123",
+                "hello",
+                &format!("1700000000.{i:06}"),
+            );
             let body = fake_slack::events::event_callback_body(&format!("EvBench{i}"), event);
             let ts = fake_slack::events::now_timestamp();
             let sig = fake_slack::events::sign(SLACK_SECRET, &ts, &body);

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use duration::{DurationStr, parse_duration};
-pub use load::{ConfigError, Loaded, load, load_str};
+pub use load::{ConfigError, Loaded, check_timezone, load, load_str, parse_active_hours};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -287,6 +287,8 @@ pub struct HeartbeatConfig {
     pub interval: DurationStr,
     pub target: String,
     pub active_hours: String,
+    /// Model for heartbeat turns; `""` means `llm.model`.
+    pub model: String,
 }
 
 impl Default for HeartbeatConfig {
@@ -296,6 +298,7 @@ impl Default for HeartbeatConfig {
             interval: DurationStr::secs(30 * 60),
             target: "last".into(),
             active_hours: String::new(),
+            model: String::new(),
         }
     }
 }

@@ -78,6 +78,8 @@ pub struct Shared {
     /// The terminal's channel (`cli:local`), used by `switchboard chat`.
     pub cli: Arc<ApiChannel>,
     pub sink: Arc<GatewaySink>,
+    /// Cron jobs and reminders.
+    pub scheduler: Arc<crate::scheduler::Scheduler>,
     #[cfg(feature = "slack")]
     pub slack: std::sync::OnceLock<Arc<switchboard_slack::SlackChannel>>,
 }
@@ -252,6 +254,14 @@ pub async fn start(
         health: health.clone(),
         metrics: metrics.clone(),
     });
+    let clock: Arc<dyn crate::scheduler::Clock> = Arc::new(crate::scheduler::SystemClock);
+    let scheduler = crate::scheduler::Scheduler::new(
+        store.clone(),
+        Some(bus.clone()),
+        config.clone(),
+        metrics.clone(),
+        clock.clone(),
+    );
     let shared = Arc::new(Shared {
         config: config.clone(),
         store: store.clone(),
@@ -261,6 +271,7 @@ pub async fn start(
         api: api.clone(),
         cli: cli.clone(),
         sink: sink.clone(),
+        scheduler: scheduler.clone(),
         #[cfg(feature = "slack")]
         slack: std::sync::OnceLock::new(),
     });
@@ -274,6 +285,13 @@ pub async fn start(
     let agent = Agent::new(config.clone(), store.clone(), llm, metrics.clone())
         .with_streams(api.clone())
         .with_shutdown(shutdown.clone())
+        .with_tools(vec![Arc::new(crate::scheduler::CronTool::new(
+            scheduler.clone(),
+        ))])
+        .with_command("reminders", {
+            let scheduler = scheduler.clone();
+            Arc::new(move |key: &ChatKey| scheduler.reminders_text(key))
+        })
         .with_publisher(Arc::new(BusPublisher { bus: bus.clone() }))
         .with_status(Arc::new(move |key: &ChatKey| {
             format!(
@@ -310,6 +328,13 @@ pub async fn start(
         (None, None)
     };
 
+    scheduler.start(shutdown.child_token(), &tracker);
+    if config.heartbeat.enabled {
+        let model = Some(config.heartbeat.model.clone()).filter(|m| !m.trim().is_empty());
+        crate::scheduler::Heartbeat::new(store.clone(), bus.clone(), config.clone(), clock)
+            .with_model(model)
+            .start(shutdown.child_token(), &tracker);
+    }
     let replayed = bus
         .replay()
         .await

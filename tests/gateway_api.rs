@@ -371,7 +371,9 @@ async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
     let tx = running.inbound();
     let key = ChatKey::new("test", "s");
     llm.push(Reply::text("far too late").with_delay(Duration::from_secs(300)));
-    tx.publish(inbound("s1", &key, "write me a novel")).await.unwrap();
+    tx.publish(inbound("s1", &key, "write me a novel"))
+        .await
+        .unwrap();
     llm.wait_for_requests(1, WAIT).await.unwrap();
     let started = Instant::now();
     tx.publish(inbound("s2", &key, "/stop")).await.unwrap();
@@ -379,7 +381,9 @@ async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
     assert_eq!(sent[0].text, "Stopped.");
     assert!(started.elapsed() < Duration::from_secs(5));
     // The chat is free again: the next message is answered, and the novel never arrives.
-    tx.publish(inbound("s3", &key, "hello again")).await.unwrap();
+    tx.publish(inbound("s3", &key, "hello again"))
+        .await
+        .unwrap();
     let sent = ch.wait_for(2, WAIT).await;
     assert_eq!(sent[1].text, "echo: hello again");
     assert!(!ch.sent().iter().any(|m| m.text.contains("too late")));

@@ -226,7 +226,10 @@ async fn cli_works_offline_and_through_the_admin_api() {
     let mut gw = env.spawn();
     gw.wait_admin(WAIT);
     let mode = std::fs::metadata(env.data_dir().join("admin.token")).unwrap();
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777, 0o600);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
     let (ok, out, err) = cli(&env, &["chat", "through the gateway"]);
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "echo: through the gateway");

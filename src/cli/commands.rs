@@ -9,7 +9,7 @@ use switchboard_channel::ChatKey;
 use tokio_util::sync::CancellationToken;
 
 use super::admin_client::Target;
-use super::{PairingAction, SessionsAction};
+use super::{CronAction, PairingAction, SessionsAction};
 use crate::agent::session::Session;
 use crate::config::{Loaded, secret};
 use crate::gateway::{self, StartOptions};
@@ -402,11 +402,115 @@ pub fn skills_list(loaded: &Loaded) -> anyhow::Result<()> {
     }
     for s in skills {
         let status = if s.available {
-            if s.always { "available, always on".to_string() } else { "available".to_string() }
+            if s.always {
+                "available, always on".to_string()
+            } else {
+                "available".to_string()
+            }
         } else {
             format!("unavailable: missing {}", s.missing.join(", "))
         };
-        println!("{:<20} {:<10} {status}\n{:<20} {}", s.name, s.source, "", s.description);
+        println!(
+            "{:<20} {:<10} {status}\n{:<20} {}",
+            s.name, s.source, "", s.description
+        );
+    }
+    Ok(())
+}
+
+fn print_jobs(jobs: &Value) {
+    let jobs = jobs.as_array().cloned().unwrap_or_default();
+    if jobs.is_empty() {
+        println!("no jobs");
+    }
+    for j in jobs {
+        let job: Result<crate::scheduler::Job, _> = serde_json::from_value(j);
+        match job {
+            Ok(job) => println!("{}\t{}", job.key, job.summary()),
+            Err(e) => println!("(unreadable job: {e})"),
+        }
+    }
+}
+
+pub async fn cron(loaded: &Loaded, action: CronAction) -> anyhow::Result<()> {
+    use crate::scheduler::{NewJob, ScheduleSpec, Scheduler, SystemClock};
+    let target = Target::find(&loaded.config).await?;
+    let offline = match &target {
+        Target::Local(store) => Some(Scheduler::new(
+            store.clone(),
+            None,
+            std::sync::Arc::new(loaded.config.clone()),
+            Default::default(),
+            std::sync::Arc::new(SystemClock),
+        )),
+        Target::Remote { .. } => None,
+    };
+    match action {
+        CronAction::List { key } => {
+            let jobs = match &offline {
+                Some(s) => {
+                    let key = key
+                        .map(|k| k.parse::<ChatKey>())
+                        .transpose()
+                        .context("--key")?;
+                    json!(s.list(key.as_ref()))
+                }
+                None => {
+                    let q = key
+                        .map(|k| format!("?key={}", urlencode(&k)))
+                        .unwrap_or_default();
+                    target.get(&format!("/admin/cron{q}")).await?
+                }
+            };
+            print_jobs(&jobs);
+        }
+        CronAction::Add {
+            key,
+            at,
+            every,
+            cron,
+            tz,
+            message,
+        } => {
+            let key: ChatKey = key.parse().context("--key")?;
+            let spec = match (at, every, cron) {
+                (Some(a), None, None) => ScheduleSpec::At(a),
+                (None, Some(e), None) => ScheduleSpec::Every(e),
+                (None, None, Some(c)) => ScheduleSpec::Cron(c),
+                _ => bail!("give exactly one of --at, --every or --cron"),
+            };
+            let mut job = NewJob::new(key, message, spec, "cli");
+            job.tz = tz;
+            let added = match &offline {
+                Some(s) => json!(s.add(job).await?),
+                None => target.post("/admin/cron", json!(job)).await?,
+            };
+            print_jobs(&json!([added]));
+        }
+        CronAction::Remove { id } => {
+            match &offline {
+                Some(s) => {
+                    s.remove(&id).await?;
+                }
+                None => {
+                    target
+                        .delete(&format!("/admin/cron?id={}", urlencode(&id)))
+                        .await?;
+                }
+            }
+            println!("removed {id}");
+        }
+        CronAction::Run { id } => {
+            match &offline {
+                Some(s) => s.run_now(&id).await?,
+                None => {
+                    target
+                        .post(&format!("/admin/cron/run?id={}", urlencode(&id)), json!({}))
+                        .await?;
+                }
+            }
+            println!("ran {id}");
+        }
     }
     Ok(())
 }

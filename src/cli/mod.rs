@@ -58,11 +58,51 @@ pub enum Command {
         #[command(subcommand)]
         action: SessionsAction,
     },
+    /// Scheduled jobs and reminders.
+    Cron {
+        #[command(subcommand)]
+        action: CronAction,
+    },
     /// Bundled and workspace skills.
     Skills {
         #[command(subcommand)]
         action: SkillsAction,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CronAction {
+    /// Every job (or one chat's) with its next run.
+    List {
+        /// Only this chat's jobs.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Add a job: exactly one of --at, --every, --cron.
+    Add {
+        /// The chat the job belongs to (`telegram:123456`).
+        #[arg(long)]
+        key: String,
+        /// Once: RFC 3339, `in 10m`, `2026-11-22 09:00`, `tomorrow 09:00`.
+        #[arg(long, group = "when")]
+        at: Option<String>,
+        /// Repeatedly: `30s`, `1h`.
+        #[arg(long, group = "when")]
+        every: Option<String>,
+        /// Crontab: `0 9 * * MON-FRI` (5 fields) or 6 with seconds.
+        #[arg(long, group = "when")]
+        cron: Option<String>,
+        /// IANA timezone for --at/--cron (default: gateway.timezone).
+        #[arg(long)]
+        tz: Option<String>,
+        /// What the job is about; the agent turns it into the message.
+        #[arg(long)]
+        message: String,
+    },
+    /// Remove a job.
+    Remove { id: String },
+    /// Run a job now (needs a running gateway).
+    Run { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -137,6 +177,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Doctor => commands::doctor(&loaded).await,
         Command::Pairing { action } => commands::pairing(&loaded, action).await,
         Command::Sessions { action } => commands::sessions(&loaded, action).await,
+        Command::Cron { action } => commands::cron(&loaded, action).await,
         Command::Skills {
             action: SkillsAction::List,
         } => commands::skills_list(&loaded),

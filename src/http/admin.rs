@@ -96,6 +96,11 @@ pub async fn serve(
         .route("/admin/pairing/approve", post(pairing_approve))
         .route("/admin/pairing/revoke", post(pairing_revoke))
         .route("/admin/chat", post(chat))
+        .route(
+            "/admin/cron",
+            get(cron_list).post(cron_add).delete(cron_remove),
+        )
+        .route("/admin/cron/run", post(cron_run))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state);
     tracker.spawn(async move {
@@ -233,5 +238,63 @@ async fn chat(State(s): State<AdminState>, axum::Json(c): axum::Json<Chat>) -> R
     match s.shared.ask_cli(&c.text, Duration::from_secs(600)).await {
         Ok(reply) => axum::Json(json!({"reply": reply})).into_response(),
         Err(e) => fail(StatusCode::BAD_GATEWAY, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct CronQuery {
+    key: Option<String>,
+    id: Option<String>,
+}
+
+fn schedule_error(e: crate::scheduler::ScheduleError) -> Response {
+    let status = if e.is_user_error() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    fail(status, e)
+}
+
+async fn cron_list(State(s): State<AdminState>, Query(q): Query<CronQuery>) -> Response {
+    let key = match q
+        .key
+        .as_deref()
+        .map(str::parse::<switchboard_channel::ChatKey>)
+    {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(e)) => return fail(StatusCode::BAD_REQUEST, e),
+    };
+    axum::Json(json!(s.shared.scheduler.list(key.as_ref()))).into_response()
+}
+
+async fn cron_add(
+    State(s): State<AdminState>,
+    axum::Json(job): axum::Json<crate::scheduler::NewJob>,
+) -> Response {
+    match s.shared.scheduler.add(job).await {
+        Ok(job) => axum::Json(json!(job)).into_response(),
+        Err(e) => schedule_error(e),
+    }
+}
+
+async fn cron_remove(State(s): State<AdminState>, Query(q): Query<CronQuery>) -> Response {
+    let Some(id) = q.id else {
+        return fail(StatusCode::BAD_REQUEST, "give ?id=");
+    };
+    match s.shared.scheduler.remove(&id).await {
+        Ok(job) => axum::Json(json!(job)).into_response(),
+        Err(e) => schedule_error(e),
+    }
+}
+
+async fn cron_run(State(s): State<AdminState>, Query(q): Query<CronQuery>) -> Response {
+    let Some(id) = q.id else {
+        return fail(StatusCode::BAD_REQUEST, "give ?id=");
+    };
+    match s.shared.scheduler.run_now(&id).await {
+        Ok(()) => axum::Json(json!({"ran": id})).into_response(),
+        Err(e) => schedule_error(e),
     }
 }

@@ -282,7 +282,9 @@ impl Scheduler {
                 };
                 let now = run.at;
                 let failed = run.outcome == Outcome::Failed;
-                let unchanged = job.next_run == Some(due);
+                // The index keeps milliseconds; stored times may carry nanoseconds.
+                let unchanged =
+                    job.next_run.map(|t| t.timestamp_millis()) == Some(due.timestamp_millis());
                 job.record(run);
                 if unchanged {
                     let failures = job

@@ -1,0 +1,164 @@
+//! Reminders through the whole gateway: the agent's `cron` tool (driven by the fake LLM)
+//! and the CLI through the admin API both create jobs that fire into their chat, composed
+//! by the agent with a `System(Cron)` message.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Env, TestChannel, with_test_channel};
+use switchboard_channel::{ChatKey, InboundMessage, Sender};
+use switchboard_fakes::llm::{FakeLlm, Reply};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn a_reminder_set_by_the_model_fires_into_its_chat() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let ch = Arc::new(TestChannel::default());
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    llm.push(Reply::tool_call(
+        "cron",
+        serde_json::json!({"action": "add", "message": "call mum", "at": "in 2s"}),
+    ));
+    llm.push(Reply::text("Reminder set."));
+    let key = ChatKey::new("test", "family");
+    let sender = Sender {
+        id: "u1".into(),
+        username: None,
+        display_name: "Ann".into(),
+        is_owner: false,
+    };
+    running
+        .inbound()
+        .publish(InboundMessage::text(
+            "r1",
+            key.clone(),
+            sender,
+            "remind me in 2 seconds to call mum",
+        ))
+        .await
+        .unwrap();
+    let sent = ch.wait_for(1, WAIT).await;
+    assert_eq!(sent[0].text, "Reminder set.");
+    assert_eq!(running.shared.scheduler.list(Some(&key)).len(), 1);
+
+    // The job fires: the agent gets a System(Cron) turn for the same chat and its reply
+    // reaches that chat.
+    let sent = ch.wait_for(2, WAIT).await;
+    assert_eq!(sent[1].key, key);
+    let reqs = llm.requests();
+    let last = reqs.last().unwrap().last_user_text();
+    assert!(
+        last.contains("scheduled job") && last.contains("call mum"),
+        "{last}"
+    );
+    assert!(sent[1].text.contains("call mum"), "{}", sent[1].text);
+    // One-shot: done after it ran, its run recorded (the record is written right after the
+    // hand-over to the bus, so it may trail the reply by a moment).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let job = loop {
+        let job = running.shared.scheduler.list(Some(&key)).remove(0);
+        if !job.runs.is_empty() || tokio::time::Instant::now() > deadline {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(!job.enabled, "{job:?}");
+    assert_eq!(job.runs.len(), 1, "{job:?}");
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+fn cli(env: &Env, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(env.config_path())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_jobs_go_through_the_running_gateway_and_fire() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    // Offline: bad input is refused with a clear message and nothing is stored.
+    let (ok, _, err) = cli(
+        &env,
+        &[
+            "cron",
+            "add",
+            "--key",
+            "api:ops",
+            "--cron",
+            "0 9 * * *",
+            "--tz",
+            "Europe/Berln",
+            "--message",
+            "x",
+        ],
+    );
+    assert!(!ok);
+    assert!(err.contains("Europe/Berlin"), "{err}");
+    let (ok, out, _) = cli(&env, &["cron", "list"]);
+    assert!(ok);
+    assert!(out.contains("no jobs"), "{out}");
+
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    let (ok, out, err) = cli(
+        &env,
+        &[
+            "cron",
+            "add",
+            "--key",
+            "api:ops",
+            "--at",
+            "in 2s",
+            "--message",
+            "stand-up time",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("api:ops"), "{out}");
+    let (ok, out, err) = cli(
+        &env,
+        &[
+            "cron",
+            "add",
+            "--key",
+            "api:ops",
+            "--cron",
+            "0 9 * * MON-FRI",
+            "--tz",
+            "Europe/Berlin",
+            "--message",
+            "weekday digest",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("weekday digest"), "{out}");
+    let reqs = llm
+        .wait_for_request(|r| r.last_user_text().contains("stand-up time"), WAIT)
+        .await
+        .expect("the CLI job fired through the agent");
+    assert!(reqs.last_user_text().contains("scheduled job"));
+    // Both jobs are still there after the gateway saved the fired one.
+    let (ok, out, _) = cli(&env, &["cron", "list", "--key", "api:ops"]);
+    assert!(ok);
+    assert!(
+        out.contains("stand-up time") && out.contains("weekday digest"),
+        "{out}"
+    );
+    gw.sigterm();
+    assert!(gw.wait_exit(WAIT).0.success());
+}
