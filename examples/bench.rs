@@ -68,7 +68,7 @@ async fn start_gateway(llm: &FakeLlm, extra: &str, envs: &[(&str, String)]) -> (
         .unwrap()
         .port();
     let config = format!(
-        "[gateway]\nhttp_listen = \"127.0.0.1:{port}\"\nmax_concurrent_turns = 256\n\
+        "[gateway]\nhttp_listen = \"127.0.0.1:{port}\"\nmax_concurrent_turns = 64\n\
          [llm]\nbase_url = \"{}\"\nmax_retries = 0\n\
          [heartbeat]\nenabled = false\n{extra}\n",
         llm.base_url()
@@ -86,6 +86,14 @@ async fn start_gateway(llm: &FakeLlm, extra: &str, envs: &[(&str, String)]) -> (
         .stderr(Stdio::inherit());
     for (k, v) in envs {
         cmd.env(k, v);
+    }
+    // Extra variables for experiments, e.g. BENCH_GATEWAY_ENV="MALLOC_ARENA_MAX=2".
+    if let Ok(extra) = std::env::var("BENCH_GATEWAY_ENV") {
+        for kv in extra.split_whitespace() {
+            if let Some((k, v)) = kv.split_once('=') {
+                cmd.env(k, v);
+            }
+        }
     }
     let child = cmd.spawn().expect("spawn gateway");
     loop {
@@ -157,11 +165,15 @@ async fn main() {
     );
     println!("idle RSS (no channels):   {idle:.1} MB");
 
+    let only_memory = std::env::var("BENCH_ONLY").as_deref() == Ok("memory");
     // 2. Throughput: 1 000 concurrent chats, 10 messages each, durability on.
     for i in 0..1000 {
+        if only_memory {
+            break;
+        }
         one(&http, &gw.base, &format!("warm{i}"), "warm up").await;
     }
-    let per_chat = 10;
+    let per_chat = if only_memory { 0 } else { 10 };
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..1000 {
@@ -186,7 +198,7 @@ async fn main() {
     let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     let mut tasks = Vec::new();
-    for i in 0..1000 {
+    for i in 0..(if only_memory { 0 } else { 1000 }) {
         ticker.tick().await;
         let (http, base, lat) = (http.clone(), gw.base.clone(), lat.clone());
         tasks.push(tokio::spawn(async move {
@@ -201,6 +213,7 @@ async fn main() {
         t.await.unwrap();
     }
     let mut lat = lat.lock().unwrap().clone();
+    lat.push(Duration::ZERO);
     lat.sort();
     println!(
         "overhead at 100 msg/s:    p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (HTTP round trip incl. durable write)",
@@ -216,9 +229,13 @@ async fn main() {
         tasks.push(tokio::spawn(async move {
             one(&http, &base, &format!("many{c}"), "hi").await;
         }));
-        if tasks.len() >= 500 {
+        // 100 chats in flight at a time: many chats, each sending once.
+        if tasks.len() >= 100 {
             for t in tasks.drain(..) {
                 t.await.unwrap();
+            }
+            if only_memory && (c + 1) % 2000 == 0 {
+                println!("  after {} chats: {:.1} MB", c + 1, rss_mb(gw.child.id()));
             }
         }
     }
@@ -231,8 +248,14 @@ async fn main() {
     println!(
         "RSS after 10 000 chats:   {after:.1} MB right after, {settled:.1} MB 3 s later (idle was {idle:.1} MB)"
     );
+    drop(http);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!("RSS once clients left:    {:.1} MB", rss_mb(gw.child.id()));
     drop(gw);
-
+    if only_memory {
+        return;
+    }
+    let http = reqwest::Client::new();
     channels(&llm, &http, idle).await;
 }
 
