@@ -49,9 +49,9 @@ pub fn start_all(
     shutdown: &CancellationToken,
     tracker: &TaskTracker,
 ) {
-    let c = &shared.config.channels;
     let off = |name: &str, why: String| tracing::info!(channel = name, "not started: {why}");
-    let secret = crate::config::secret;
+    #[cfg(any(feature = "telegram", feature = "discord", feature = "slack"))]
+    let (c, secret) = (&shared.config.channels, crate::config::secret);
 
     #[cfg(feature = "telegram")]
     {
@@ -136,5 +136,5 @@ pub fn start_all(
         "slack",
         "this binary was built without the `slack` feature".into(),
     );
-    let _ = (registry, shutdown, tracker);
+    let _ = (shared, registry, shutdown, tracker);
 }

@@ -67,7 +67,13 @@ pub struct Agent {
     subagents: OnceLock<Arc<Subagents>>,
     /// Extra addresses `web_fetch` may reach (tests).
     fetch_allow: Option<std::net::SocketAddr>,
+    /// Skills as last loaded, reloaded when older than [`SKILLS_TTL`] (so edits to SKILL.md
+    /// files show up quickly without rescanning folders on every turn).
+    skills_cache: std::sync::Mutex<Option<(std::time::Instant, Arc<Vec<skills::Skill>>)>>,
 }
+
+/// How long a loaded skills list is reused.
+const SKILLS_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Agent {
     pub fn new(
@@ -89,7 +95,21 @@ impl Agent {
             shutdown: None,
             subagents: OnceLock::new(),
             fetch_allow: None,
+            skills_cache: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The skills, from the cache while it is fresh.
+    fn skills(&self) -> Arc<Vec<skills::Skill>> {
+        let mut cache = self.skills_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, skills)) = cache.as_ref() {
+            if at.elapsed() < SKILLS_TTL {
+                return skills.clone();
+            }
+        }
+        let skills = Arc::new(skills::load_skills(&self.config));
+        *cache = Some((std::time::Instant::now(), skills.clone()));
+        skills
     }
 
     /// Stream replies to waiting API requests.

@@ -1,7 +1,6 @@
 //! One turn: commands, session load, system prompt and steering, the tool loop (with one
 //! compaction retry on context overflow), then the reply and the store writes.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use switchboard_channel::{InboundMessage, Origin, OutboundKind, SystemOrigin};
@@ -9,7 +8,7 @@ use switchboard_channel::{InboundMessage, Origin, OutboundKind, SystemOrigin};
 use super::run::{self, LoopEnd, LoopSpec, LoopState};
 use super::session::Session;
 use super::tool::ToolContext;
-use super::{Agent, commands, prompt, skills, steering};
+use super::{Agent, commands, prompt, steering};
 use crate::bus::{Interrupted, TurnInput, TurnOutput};
 use crate::llm::{ChatMessage, Role};
 use crate::store::{Batch, Tree};
@@ -76,7 +75,7 @@ impl Agent {
             .filter(|m| !m.is_empty())
             .unwrap_or(&self.config.llm.model)
             .to_string();
-        let skills = Arc::new(skills::load_skills(&self.config));
+        let skills = self.skills();
         let registry = self.registry(&skills);
         let ctx = ToolContext {
             key: key.clone(),
