@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use duration::{DurationStr, parse_duration};
+pub(crate) use load::closest;
 pub use load::{ConfigError, Loaded, check_timezone, load, load_str, parse_active_hours};
 
 /// The whole configuration file.

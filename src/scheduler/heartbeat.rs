@@ -83,7 +83,7 @@ fn is_empty_item(line: &str) -> bool {
 /// Whether minute-of-day `now` lies in `"HH:MM-HH:MM"` (which may cross midnight). An empty
 /// or unreadable setting means always.
 pub fn in_active_hours(active_hours: &str, now_minutes: u32) -> bool {
-    let Some((start, end)) = parse_active_hours(active_hours) else {
+    let Some((start, end)) = crate::config::parse_active_hours(active_hours) else {
         return true;
     };
     match start.cmp(&end) {
@@ -91,18 +91,6 @@ pub fn in_active_hours(active_hours: &str, now_minutes: u32) -> bool {
         std::cmp::Ordering::Less => start <= now_minutes && now_minutes < end,
         std::cmp::Ordering::Greater => now_minutes >= start || now_minutes < end,
     }
-}
-
-// Same rule as `config::load::parse_active_hours`, which config validation has applied
-// already (that module is private to `config`).
-fn parse_active_hours(s: &str) -> Option<(u32, u32)> {
-    let (a, b) = s.trim().split_once('-')?;
-    let hm = |t: &str| -> Option<u32> {
-        let (h, m) = t.trim().split_once(':')?;
-        let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
-        (h <= 24 && m < 60 && h * 60 + m <= 24 * 60).then_some(h * 60 + m)
-    };
-    Some((hm(a)?, hm(b)?))
 }
 
 /// What one heartbeat tick did.

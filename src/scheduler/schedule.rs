@@ -103,29 +103,7 @@ pub fn parse_tz(name: &str) -> Result<Tz, ScheduleError> {
 }
 
 fn closest_tz(word: &str) -> Option<&'static str> {
-    let word = word.to_lowercase();
-    chrono_tz::TZ_VARIANTS
-        .iter()
-        .map(|t| t.name())
-        .map(|c| (edit_distance(&word, &c.to_lowercase()), c))
-        .filter(|(d, c)| *d <= 2.max(c.len() / 4))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != cb);
-            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    crate::config::closest(word, chrono_tz::TZ_VARIANTS.iter().map(|t| t.name()))
 }
 
 impl Schedule {
