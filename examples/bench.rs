@@ -20,6 +20,7 @@ use switchboard_fakes::telegram::{FakeTelegram, TgUser};
 
 const DISCORD_TOKEN: &str = "bench-discord-token-0123456789";
 const SLACK_SECRET: &str = "bench-signing-secret";
+const NO_CHANNELS: &str = "[channels.telegram]\nenabled = false\n[channels.discord]\nenabled = false\n[channels.slack]\nenabled = false\n";
 
 fn binary() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
@@ -152,6 +153,14 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
 async fn main() {
     let llm = FakeLlm::start().await;
     llm.set_recording(false);
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("scheduler") {
+        let (gw, _) = start_gateway(&llm, NO_CHANNELS, &[]).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let idle = rss_mb(gw.child.id());
+        drop(gw);
+        scheduler(&llm, idle).await;
+        return;
+    }
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(2048)
         .build()

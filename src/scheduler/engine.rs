@@ -88,14 +88,19 @@ impl Scheduler {
     /// Rebuild the in-memory index from the store (the loop does this when it starts);
     /// returns the number of armed jobs.
     pub fn reload(&self) -> Result<usize, StoreError> {
-        let entries = self.store.scan(Tree::Cron, &[])?;
+        // Streamed, so 100 000 jobs are never all in memory at once.
+        let mut armed_jobs = Vec::new();
+        self.store.for_each(Tree::Cron, &[], &mut |k, v| {
+            match Job::from_bytes(v) {
+                Ok(job) => armed_jobs.push((job.id.clone(), armed(&job))),
+                Err(e) => tracing::error!(id = %String::from_utf8_lossy(k), "skipping job: {e}"),
+            }
+            true
+        })?;
         let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
         index.clear();
-        for (k, v) in entries {
-            match Job::from_bytes(&v) {
-                Ok(job) => index.set(&job.id, armed(&job)),
-                Err(e) => tracing::error!(id = %String::from_utf8_lossy(&k), "skipping job: {e}"),
-            }
+        for (id, at) in armed_jobs {
+            index.set(&id, at);
         }
         Ok(index.len())
     }

@@ -114,6 +114,14 @@ pub trait Store: Send + Sync + 'static {
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// All entries of a tree whose key starts with `prefix`, in key order.
     fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Entries, StoreError>;
+    /// Visit the entries of a tree whose key starts with `prefix`, in key order, without
+    /// holding them all in memory; `visit` returns `false` to stop.
+    fn for_each(
+        &self,
+        tree: Tree,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError>;
     /// Apply a batch atomically (not yet durable: see [`Store::flush`]).
     fn apply(&self, batch: Batch) -> Result<Applied, StoreError>;
     /// A number larger than any this store handed out before, across restarts.

@@ -108,6 +108,21 @@ impl Store for SledStore {
             .collect()
     }
 
+    fn for_each(
+        &self,
+        tree: Tree,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        for entry in self.tree(tree).scan_prefix(prefix) {
+            let (k, v) = entry.map_err(backend)?;
+            if !visit(&k, &v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     fn apply(&self, batch: Batch) -> Result<Applied, StoreError> {
         // Single-tree batches without preconditions skip the transaction machinery.
         let mut used: Vec<Tree> = Vec::new();

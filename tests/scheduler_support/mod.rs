@@ -35,6 +35,14 @@ impl Store for PausedSafeStore {
     fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
         self.0.scan(tree, prefix)
     }
+    fn for_each(
+        &self,
+        tree: Tree,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.0.for_each(tree, prefix, visit)
+    }
     fn apply(&self, batch: Batch) -> Result<Applied, StoreError> {
         self.0.apply(batch)
     }
@@ -213,8 +221,20 @@ impl Rig {
         config: Config,
         gate: Option<Arc<Notify>>,
     ) -> Rig {
-        let store: Arc<dyn Store> =
-            Arc::new(PausedSafeStore(Arc::new(SledStore::open(dir).unwrap())));
+        // A restarted rig may find the previous one's last tasks still letting go of the
+        // store for a moment: wait for the lock (bounded) rather than fail.
+        let mut attempts = 0;
+        let sled = loop {
+            match SledStore::open(dir) {
+                Ok(s) => break s,
+                Err(switchboard::store::StoreError::Locked(_)) if attempts < 200 => {
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("cannot open the store: {e}"),
+            }
+        };
+        let store: Arc<dyn Store> = Arc::new(PausedSafeStore(Arc::new(sled)));
         let channel = Arc::new(RecordingChannel::default());
         let registry: ChannelRegistry = Arc::new(RwLock::new(HashMap::from([(
             "test".to_string(),
