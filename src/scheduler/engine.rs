@@ -89,10 +89,23 @@ impl Scheduler {
     /// returns the number of armed jobs.
     pub fn reload(&self) -> Result<usize, StoreError> {
         // Streamed, so 100 000 jobs are never all in memory at once.
+        // Only the fields the index needs are decoded.
+        #[derive(serde::Deserialize)]
+        struct Armed {
+            id: String,
+            enabled: bool,
+            next_run: Option<chrono::DateTime<chrono::Utc>>,
+        }
         let mut armed_jobs = Vec::new();
         self.store.for_each(Tree::Cron, &[], &mut |k, v| {
-            match Job::from_bytes(v) {
-                Ok(job) => armed_jobs.push((job.id.clone(), armed(&job))),
+            match serde_json::from_slice::<Armed>(v) {
+                Ok(a) => {
+                    let due = a
+                        .next_run
+                        .filter(|_| a.enabled)
+                        .map(|t| t.timestamp_millis());
+                    armed_jobs.push((a.id, due));
+                }
                 Err(e) => tracing::error!(id = %String::from_utf8_lossy(k), "skipping job: {e}"),
             }
             true
