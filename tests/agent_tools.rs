@@ -112,7 +112,18 @@ async fn exec_runs_in_the_workspace_without_secrets_and_denies_destructive_comma
         ("exec", json!({"command": "sleep 5", "timeout_secs": 1})),
     ]));
     h.llm.push(Reply::text("done"));
+    // A bystander process: the timeout must end only the command's own process group.
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
     turn(&h.agent(), &h.store, msg("t:1", "go")).await;
+    assert!(
+        bystander.try_wait().unwrap().is_none(),
+        "the exec timeout killed a process outside its group"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
     let r = tool_results(&h.llm.requests()[1].body);
     assert_eq!(r[0], "exit code: 0\nstdout:\na.txt\ntoken=\n");
     assert!(!r[0].contains(&secret));

@@ -295,11 +295,13 @@ impl Tool for Exec {
         };
         let Some((stdout, stderr, status)) = result else {
             // The shell runs in its own process group: end the whole group, not just `sh`.
-            if let Some(pid) = pid {
-                let _ = std::process::Command::new("kill")
-                    .arg("-KILL")
-                    .arg(format!("-{pid}"))
-                    .status();
+            // Done with the system call itself: procps-ng 4.0's `kill -KILL -<pgid>` was
+            // seen killing every process of the user (as if the target were -1).
+            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 1) {
+                if let Some(pgid) = rustix::process::Pid::from_raw(pid) {
+                    let _ =
+                        rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+                }
             }
             return Err(ToolError::Failed(format!(
                 "command timed out after {secs}s (killed)"
