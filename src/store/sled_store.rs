@@ -87,6 +87,9 @@ async fn flusher(commit: Arc<GroupCommit>) {
             continue;
         }
         let err = db.flush_async().await.err().map(|e| e.to_string());
+        // Let go of the database before anyone hears the flush is done: a caller that then
+        // drops the store must find the lock released.
+        drop(db);
         commit.done.send_replace((target, err));
     }
 }
