@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Env;
+use common::platform::cli;
 use switchboard::agent::session::Session;
 use switchboard::store::{SledStore, Store, Tree};
 use switchboard_channel::ChatKey;
@@ -190,20 +191,6 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
         !String::from_utf8_lossy(&out.stdout).contains("warning"),
         "the shipped config has no unknown keys"
     );
-}
-
-fn cli(env: &Env, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .arg("--config")
-        .arg(env.config_path())
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,10 +4,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::platform::cli;
 use common::{Env, TestChannel, with_test_channel};
 use switchboard_channel::{ChatKey, InboundMessage, Sender};
 use switchboard_fakes::llm::{FakeLlm, Reply};
@@ -71,20 +71,6 @@ async fn a_reminder_set_by_the_model_fires_into_its_chat() {
     assert_eq!(job.runs.len(), 1, "{job:?}");
     shutdown.cancel();
     running.stopped().await;
-}
-
-fn cli(env: &Env, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .arg("--config")
-        .arg(env.config_path())
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
