@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::openai::{classify, retry_after, transport};
+use super::openai::{classify, read_json, send_checked, transport};
 use super::{
     DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse,
 };
@@ -270,19 +270,9 @@ impl LlmProvider for Anthropic {
         if let Some(key) = &self.api_key {
             rb = rb.header("x-api-key", key);
         }
-        let resp = rb.send().await.map_err(transport)?;
-        let status = resp.status().as_u16();
-        if !resp.status().is_success() {
-            let ra = retry_after(resp.headers());
-            let body = resp.text().await.unwrap_or_default();
-            return Err(classify(status, ra, &body));
-        }
+        let resp = send_checked(rb).await?;
         if !stream {
-            let v: Value = resp
-                .json()
-                .await
-                .map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
-            return parse_full(&v);
+            return parse_full(&read_json(resp).await?);
         }
         let on_delta = on_delta.unwrap_or_else(|| Arc::new(|_: &str| {}));
         let mut asm = Assembly::default();

@@ -111,6 +111,27 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
         .map(Duration::from_secs_f64)
 }
 
+/// Send a provider request; a non-2xx answer becomes the matching [`LlmError`].
+pub(crate) async fn send_checked(
+    rb: reqwest::RequestBuilder,
+) -> Result<reqwest::Response, LlmError> {
+    let resp = rb.send().await.map_err(transport)?;
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    let status = resp.status().as_u16();
+    let ra = retry_after(resp.headers());
+    let body = resp.text().await.unwrap_or_default();
+    Err(classify(status, ra, &body))
+}
+
+/// A non-streamed answer's JSON body.
+pub(crate) async fn read_json(resp: reqwest::Response) -> Result<Value, LlmError> {
+    resp.json()
+        .await
+        .map_err(|e| LlmError::Protocol(e.without_url().to_string()))
+}
+
 pub(crate) fn transport(e: reqwest::Error) -> LlmError {
     // Never include the URL: it may carry credentials for some proxies.
     LlmError::Unavailable(e.without_url().to_string())
@@ -138,19 +159,9 @@ impl LlmProvider for OpenAi {
         if let Some(key) = &self.api_key {
             rb = rb.bearer_auth(key);
         }
-        let resp = rb.send().await.map_err(transport)?;
-        let status = resp.status().as_u16();
-        if !resp.status().is_success() {
-            let ra = retry_after(resp.headers());
-            let body = resp.text().await.unwrap_or_default();
-            return Err(classify(status, ra, &body));
-        }
+        let resp = send_checked(rb).await?;
         if !stream {
-            let v: Value = resp
-                .json()
-                .await
-                .map_err(|e| LlmError::Protocol(e.without_url().to_string()))?;
-            return parse_full(&v);
+            return parse_full(&read_json(resp).await?);
         }
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
         let mut out = LlmResponse::default();
