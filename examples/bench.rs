@@ -186,6 +186,7 @@ async fn main() {
     println!("idle RSS (no channels):   {idle:.1} MB");
 
     let only_memory = std::env::var("BENCH_ONLY").as_deref() == Ok("memory");
+    let only_throughput = std::env::var("BENCH_ONLY").as_deref() == Ok("throughput");
     // 2. Throughput: 1 000 concurrent chats, 10 messages each, durability on.
     for i in 0..1000 {
         if only_memory {
@@ -242,6 +243,9 @@ async fn main() {
         pct(&lat, 1.0)
     );
 
+    if only_throughput {
+        return;
+    }
     // 4. Memory per 10 000 chats.
     let mut tasks = Vec::new();
     for c in 0..10_000 {
@@ -271,6 +275,14 @@ async fn main() {
     drop(http);
     tokio::time::sleep(Duration::from_secs(1)).await;
     println!("RSS once clients left:    {:.1} MB", rss_mb(gw.child.id()));
+    // Keep the gateway up for inspection (gdb, pmap…): BENCH_HOLD=<seconds>.
+    if let Some(secs) = std::env::var("BENCH_HOLD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        println!("holding gateway pid {} for {secs} s", gw.child.id());
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+    }
     drop(gw);
     if only_memory {
         return;
@@ -337,7 +349,11 @@ async fn scheduler(llm: &FakeLlm, idle_none: f64) {
         }),
     )
     .await;
-    let (gw, _) = start_gateway_in(dir, llm, no_channels, &[]).await;
+    let extra = format!(
+        "{no_channels}{}",
+        std::env::var("BENCH_SCHED_CONFIG").unwrap_or_default()
+    );
+    let (gw, _) = start_gateway_in(dir, llm, &extra, &[]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss = rss_mb(gw.child.id());
     println!(

@@ -33,6 +33,8 @@ const MAX_JOIN: usize = 20;
 /// Most messages held in memory waiting for their turn, across all chats. Past this,
 /// `publish` waits (backpressure: the adapter does not acknowledge upstream meanwhile).
 const MAX_QUEUED: usize = 16_384;
+/// Most messages stored by one write of [`Bus::publish_many`].
+const MAX_PUBLISH: usize = 1_024;
 
 /// One turn's input.
 pub struct TurnInput {
@@ -95,6 +97,8 @@ pub struct Bus {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// Notified when the last worker goes away (the gateway then gives memory back).
+    idle: tokio::sync::Notify,
 }
 
 fn now_secs() -> u64 {
@@ -128,7 +132,13 @@ impl Bus {
             metrics,
             shutdown,
             tracker,
+            idle: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Wait until no chat has a worker any more (after having had one).
+    pub async fn became_idle(&self) {
+        self.idle.notified().await;
     }
 
     /// Set the turn handler (once, before messages flow).
@@ -146,47 +156,94 @@ impl Bus {
 
     /// Durably accept a message, or drop it as a duplicate. When this returns `Ok`, the
     /// message survives a crash and will be handled exactly once.
-    pub async fn publish(self: &Arc<Self>, mut msg: InboundMessage) -> Result<Published, BusError> {
+    pub async fn publish(self: &Arc<Self>, msg: InboundMessage) -> Result<Published, BusError> {
+        let mut results = self.publish_many(vec![msg]).await?;
+        Ok(results.pop().unwrap_or(Published::Duplicate))
+    }
+
+    /// Durably accept several messages with one atomic write and one flush (a scheduler
+    /// round): one result per message, in order. Same promise as [`Bus::publish`].
+    pub async fn publish_many(
+        self: &Arc<Self>,
+        msgs: Vec<InboundMessage>,
+    ) -> Result<Vec<Published>, BusError> {
         if self.shutdown.is_cancelled() {
             return Err(BusError::ShuttingDown);
         }
-        if msg.truncate_oversized() {
-            tracing::info!(id = %msg.id, "inbound text cut at {} characters", switchboard_channel::MAX_INBOUND_CHARS);
+        let mut results = vec![Published::Duplicate; msgs.len()];
+        let mut fresh: Vec<(usize, InboundMessage)> = Vec::with_capacity(msgs.len());
+        let mut ids = std::collections::HashSet::with_capacity(msgs.len());
+        for (i, mut msg) in msgs.into_iter().enumerate() {
+            if msg.truncate_oversized() {
+                tracing::info!(id = %msg.id, "inbound text cut at {} characters", switchboard_channel::MAX_INBOUND_CHARS);
+            }
+            if !ids.insert(msg.id.clone())
+                || self.store.get(Tree::Seen, &seen_key(&msg.id))?.is_some()
+            {
+                self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if msg.text.trim() == "/stop" {
+                results[i] = self.stop(msg).await?;
+                continue;
+            }
+            fresh.push((i, msg));
         }
-        if self.store.get(Tree::Seen, &seen_key(&msg.id))?.is_some() {
-            self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
-            return Ok(Published::Duplicate);
+        let mut rest = fresh.into_iter().peekable();
+        while rest.peek().is_some() {
+            let chunk: Vec<(usize, InboundMessage)> = rest.by_ref().take(MAX_PUBLISH).collect();
+            self.accept(chunk, &mut results).await?;
         }
-        if msg.text.trim() == "/stop" {
-            return self.stop(msg).await;
-        }
+        Ok(results)
+    }
+
+    /// Store `chunk` (new ids, at most [`MAX_PUBLISH`]) in one write, flush, then queue it.
+    async fn accept(
+        self: &Arc<Self>,
+        chunk: Vec<(usize, InboundMessage)>,
+        results: &mut [Published],
+    ) -> Result<(), BusError> {
         // Backpressure before the durable write: a full queue makes the adapter wait.
-        let permit = tokio::select! {
-            p = self.queued.clone().acquire_owned() => p.map_err(|_| BusError::ShuttingDown)?,
+        let mut permits = tokio::select! {
+            p = self.queued.clone().acquire_many_owned(chunk.len() as u32) => p.map_err(|_| BusError::ShuttingDown)?,
             _ = self.shutdown.cancelled() => return Err(BusError::ShuttingDown),
         };
-        let seq = self.store.next_id()?;
-        let body = serde_json::to_vec(&msg).map_err(|e| BusError::Encode(e.to_string()))?;
+        let now = now_secs().to_be_bytes();
         let mut batch = Batch::default();
-        batch.require_absent(Tree::Seen, seen_key(&msg.id));
-        batch.put(
-            Tree::Seen,
-            seen_key(&msg.id),
-            now_secs().to_be_bytes().to_vec(),
-        );
-        batch.put(Tree::Inbox, seq.to_be_bytes().to_vec(), body);
-        if self.store.apply(batch)? == Applied::Conflict {
-            self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
-            return Ok(Published::Duplicate);
+        let mut accepted = Vec::with_capacity(chunk.len());
+        for (i, msg) in chunk {
+            let seq = self.store.next_id()?;
+            let body = serde_json::to_vec(&msg).map_err(|e| BusError::Encode(e.to_string()))?;
+            batch.require_absent(Tree::Seen, seen_key(&msg.id));
+            batch.put(Tree::Seen, seen_key(&msg.id), now.to_vec());
+            batch.put(Tree::Inbox, seq.to_be_bytes().to_vec(), body);
+            accepted.push((i, seq, msg));
         }
-        self.store.flush().await?;
-        self.metrics.inbound(&msg.key.channel);
-        self.enqueue(Queued {
-            seq,
-            msg,
-            _permit: permit,
-        });
-        Ok(Published::Accepted)
+        if self.store.commit(batch).await? == Applied::Conflict {
+            // Another publish of one of these ids won the race.
+            drop(permits);
+            if accepted.len() == 1 {
+                self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            for (i, _, msg) in accepted {
+                results[i] = Box::pin(self.publish(msg)).await?;
+            }
+            return Ok(());
+        }
+        for (i, seq, msg) in accepted {
+            self.metrics.inbound(&msg.key.channel);
+            let permit = permits
+                .split(1)
+                .expect("one queue permit was acquired per message");
+            self.enqueue(Queued {
+                seq,
+                msg,
+                _permit: permit,
+            });
+            results[i] = Published::Accepted;
+        }
+        Ok(())
     }
 
     /// `/stop`: cancel the key's running turn; it never queues behind that turn.

@@ -69,8 +69,7 @@ impl Outbox {
             writes.put(Tree::Outbox, seq.to_be_bytes().to_vec(), body);
             entries.push((seq, reply));
         }
-        self.store.apply(writes)?;
-        self.store.flush().await?;
+        self.store.commit(writes).await?;
         Ok(entries)
     }
 

@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::clock::Clock;
-use super::index::Index;
+use super::index;
 use super::job::{Job, NewJob};
 use super::schedule::{Schedule, ScheduleError, next_after, parse_tz};
 use crate::bus::Bus;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError, Tree};
+use crate::store::{Batch, Store, StoreError, Tree};
 
 /// Longest message a job may carry.
 const MAX_MESSAGE_CHARS: usize = 4_000;
@@ -29,8 +29,6 @@ pub struct Scheduler {
     pub(super) config: Arc<Config>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) clock: Arc<dyn Clock>,
-    /// Enabled jobs by due time. Short critical sections only.
-    pub(super) index: Mutex<Index>,
     /// Wakes the firing loop when jobs change.
     pub(super) wake: Notify,
     /// Serialises read-modify-write of stored jobs (the API and the firing loop), so a job
@@ -61,7 +59,6 @@ impl Scheduler {
             config,
             metrics,
             clock,
-            index: Mutex::new(Index::default()),
             wake: Notify::new(),
             writes: tokio::sync::Mutex::new(()),
             tracker: Mutex::new(None),
@@ -85,37 +82,13 @@ impl Scheduler {
         tracker.spawn(async move { me.run(shutdown).await });
     }
 
-    /// Rebuild the in-memory index from the store (the loop does this when it starts);
-    /// returns the number of armed jobs.
-    pub fn reload(&self) -> Result<usize, StoreError> {
-        // Streamed, so 100 000 jobs are never all in memory at once.
-        // Only the fields the index needs are decoded.
-        #[derive(serde::Deserialize)]
-        struct Armed {
-            id: String,
-            enabled: bool,
-            next_run: Option<chrono::DateTime<chrono::Utc>>,
+    /// Make sure the job indexes exist (built once from the jobs of an older store).
+    pub async fn reload(&self) -> Result<(), StoreError> {
+        let _w = self.writes.lock().await;
+        if index::ensure(self.store.as_ref()).await? {
+            tracing::info!("cron job indexes built");
         }
-        let mut armed_jobs = Vec::new();
-        self.store.for_each(Tree::Cron, &[], &mut |k, v| {
-            match serde_json::from_slice::<Armed>(v) {
-                Ok(a) => {
-                    let due = a
-                        .next_run
-                        .filter(|_| a.enabled)
-                        .map(|t| t.timestamp_millis());
-                    armed_jobs.push((a.id, due));
-                }
-                Err(e) => tracing::error!(id = %String::from_utf8_lossy(k), "skipping job: {e}"),
-            }
-            true
-        })?;
-        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
-        index.clear();
-        for (id, at) in armed_jobs {
-            index.set(&id, at);
-        }
-        Ok(index.len())
+        Ok(())
     }
 
     /// Validate and store a new job; it is durable and armed when this returns.
@@ -154,29 +127,35 @@ impl Scheduler {
         };
         {
             let _w = self.writes.lock().await;
-            self.store
-                .put(Tree::Cron, &Job::store_key(&job.id), &job.to_bytes()?)?;
+            let mut batch = Batch::default();
+            index::write(&mut batch, None, Some(&job))?;
+            self.store.commit(batch).await?;
         }
-        self.store.flush().await?;
-        self.arm(&job);
+        self.wake.notify_one();
         tracing::info!(id = %job.id, key = %job.key, next = ?job.next_run, "cron job added");
         Ok(job)
     }
 
     /// Jobs of one chat (or all), soonest first; finished jobs last.
     pub fn list(&self, key: Option<&ChatKey>) -> Vec<Job> {
-        let entries = match self.store.scan(Tree::Cron, &[]) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::error!("cannot read cron jobs: {e}");
-                return Vec::new();
-            }
+        let mut jobs = Vec::new();
+        let read = match key {
+            // Through the chat index: only this chat's jobs are read.
+            Some(key) => index::of_chat(self.store.as_ref(), key).map(|ids| {
+                jobs.extend(
+                    ids.iter()
+                        .filter_map(|id| self.get(id).ok().flatten())
+                        .filter(|j| &j.key == key),
+                );
+            }),
+            None => self.store.for_each(Tree::Cron, &[], &mut |_, v| {
+                jobs.extend(Job::from_bytes(v).ok());
+                true
+            }),
         };
-        let mut jobs: Vec<Job> = entries
-            .iter()
-            .filter_map(|(_, v)| Job::from_bytes(v).ok())
-            .filter(|j| key.is_none_or(|k| &j.key == k))
-            .collect();
+        if let Err(e) = read {
+            tracing::error!("cannot read cron jobs: {e}");
+        }
         jobs.sort_by(|a, b| {
             (armed(a).is_none(), armed(a), &a.id).cmp(&(armed(b).is_none(), armed(b), &b.id))
         });
@@ -198,14 +177,11 @@ impl Scheduler {
             let job = self
                 .get(id)?
                 .ok_or_else(|| ScheduleError::NotFound(id.to_string()))?;
-            self.store.delete(Tree::Cron, &Job::store_key(id))?;
+            let mut batch = Batch::default();
+            index::write(&mut batch, Some(&job), None)?;
+            self.store.commit(batch).await?;
             job
         };
-        self.store.flush().await?;
-        self.index
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .set(id, None);
         self.wake.notify_one();
         tracing::info!(id, "cron job removed");
         Ok(job)
@@ -238,20 +214,6 @@ impl Scheduler {
             out.push_str(&job.summary());
         }
         out
-    }
-
-    /// Number of jobs armed in memory (for `/status` and tests).
-    pub fn armed_jobs(&self) -> usize {
-        self.index.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// Put a job's due time in the index and wake the loop.
-    pub(super) fn arm(&self, job: &Job) {
-        self.index
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .set(&job.id, armed(job));
-        self.wake.notify_one();
     }
 }
 

@@ -15,16 +15,19 @@ use switchboard_channel::{InboundMessage, Origin, OutboundMessage, Sender, Syste
 use tokio_util::sync::CancellationToken;
 
 use super::engine::{Scheduler, armed};
+use super::index;
 use super::job::{CatchUp, Delivery, Job, Outcome, Run};
 use super::schedule::ScheduleError;
 use crate::bus::BusError;
-use crate::store::{Batch, Tree};
+use crate::store::Batch;
 
 /// Longest single sleep, so a wall-clock jump (NTP, suspend) is noticed within a minute.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
+/// Wait before retrying a round whose writes the store refused.
+const STORE_RETRY: Duration = Duration::from_secs(1);
 /// Jobs taken from the index per round.
 const ROUND: usize = 1024;
-/// Jobs handed to the bus concurrently (their durable writes share fsyncs).
+/// Direct deliveries recorded concurrently (their durable writes share fsyncs).
 const CONCURRENCY: usize = 128;
 /// A recurring run later than this counts as missed (for `catch_up = "skip"`).
 const MISSED_GRACE: chrono::Duration = chrono::Duration::seconds(60);
@@ -37,19 +40,24 @@ struct Stop;
 
 impl Scheduler {
     pub(super) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        match self.reload() {
-            Ok(n) => tracing::info!(jobs = n, "scheduler started"),
+        match self.reload().await {
+            Ok(()) => tracing::info!("scheduler started"),
             Err(e) => tracing::error!("scheduler cannot read its jobs: {e}"),
         }
         loop {
             let now = self.clock.now().timestamp_millis();
-            let first = self.index.lock().unwrap_or_else(|p| p.into_inner()).first();
+            let first = index::first(self.store.as_ref()).unwrap_or_else(|e| {
+                tracing::error!("cannot read the cron index: {e}");
+                None
+            });
             let wait = match first {
                 Some(due) if due <= now => {
-                    if self.fire_due(now).await.is_err() {
-                        return;
+                    match self.fire_due(now).await {
+                        Err(Stop) => return,
+                        Ok(true) => continue,
+                        // The store refused the round's writes: do not spin on it.
+                        Ok(false) => Some(STORE_RETRY),
                     }
-                    continue;
                 }
                 Some(due) => Some(Duration::from_millis((due - now) as u64).min(MAX_SLEEP)),
                 None => None,
@@ -63,53 +71,128 @@ impl Scheduler {
         }
     }
 
-    /// Fire everything due at `now_ms` (one round), then record the runs and re-arm the jobs
-    /// in one write, made durable with one flush.
-    async fn fire_due(&self, now_ms: i64) -> Result<(), Stop> {
-        let due = self
-            .index
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_due(now_ms, ROUND);
-        let results: Vec<Result<Option<Pending>, Stop>> = futures_util::stream::iter(due)
-            .map(|(due_ms, id)| async move { self.fire_one(&id, due_ms).await })
+    /// Fire everything due at `now_ms` (one round): the agent-delivered jobs' messages go
+    /// to the bus in one durable write, then their runs are recorded and the jobs re-armed
+    /// in one more write; direct deliveries are recorded with their own state.
+    /// Returns whether the round's writes were stored.
+    async fn fire_due(&self, now_ms: i64) -> Result<bool, Stop> {
+        let due = match index::due(self.store.as_ref(), now_ms, ROUND) {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!("cannot read the cron index: {e}");
+                return Ok(false);
+            }
+        };
+        let mut pending = Vec::new();
+        let mut stale = Vec::new();
+        let mut publish = Vec::new();
+        let mut direct = Vec::new();
+        let now = self.clock.now();
+        for (due_ms, id) in due {
+            match self.prepare(&id, due_ms, now) {
+                Prepared::Stale => stale.push((due_ms, id)),
+                Prepared::Skipped(p) => pending.push(p),
+                Prepared::Agent(job, due) => publish.push((job, due)),
+                Prepared::Direct(job, due) => direct.push((job, due)),
+            }
+        }
+        let mut stop = false;
+        if !publish.is_empty() {
+            let msgs = publish
+                .iter()
+                .map(|(job, due)| {
+                    inbound(
+                        job,
+                        format!("cron:{}:{}", job.id, due.timestamp_millis()),
+                        now,
+                    )
+                })
+                .collect();
+            let error = match &self.bus {
+                None => Some("the gateway is not running".to_string()),
+                Some(bus) => match bus.publish_many(msgs).await {
+                    Ok(_) => None,
+                    Err(BusError::ShuttingDown) => {
+                        stop = true;
+                        None
+                    }
+                    Err(e) => Some(e.to_string()),
+                },
+            };
+            if !stop {
+                // Fired: the messages are durably on the bus now.
+                let fired = self.clock.now();
+                for (job, due) in publish {
+                    self.metrics
+                        .cron_lateness
+                        .observe((fired - due).to_std().unwrap_or_default());
+                    let run = self.run_record(fired, due, error.clone());
+                    pending.push(Pending {
+                        id: job.id,
+                        due,
+                        run,
+                    });
+                }
+            }
+        }
+        let _: Vec<()> = futures_util::stream::iter(direct)
+            .map(|(job, due)| async move {
+                let now = self.clock.now();
+                self.metrics
+                    .cron_lateness
+                    .observe((now - due).to_std().unwrap_or_default());
+                self.fire_direct(job, due, now).await
+            })
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        let stop = results.iter().any(Result::is_err);
-        let pending: Vec<Pending> = results
-            .into_iter()
-            .filter_map(|r| r.ok().flatten())
-            .collect();
-        self.commit(pending).await;
-        if let Err(e) = self.store.flush().await {
-            tracing::error!("cannot make cron job states durable: {e}");
-        }
+        let stored = self.forget_stale(stale).await && self.commit(pending).await;
         if stop {
             return Err(Stop);
         }
-        Ok(())
+        Ok(stored)
     }
 
-    /// Fire one job; returns the run to record (direct delivery records its own).
-    async fn fire_one(&self, id: &str, due_ms: i64) -> Result<Option<Pending>, Stop> {
-        // Always the stored copy: the API may have changed or removed it since it was armed.
+    /// Drop due entries whose job was removed or re-scheduled since they were read.
+    async fn forget_stale(&self, stale: Vec<(i64, String)>) -> bool {
+        if stale.is_empty() {
+            return true;
+        }
+        let _w = self.writes.lock().await;
+        let mut batch = Batch::default();
+        for (due_ms, id) in stale {
+            match self.get(&id) {
+                Ok(Some(job)) if armed(&job) == Some(due_ms) => {}
+                _ => index::forget_due(&mut batch, due_ms, &id),
+            }
+        }
+        match self.store.commit(batch).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::error!("cannot update the cron index: {e}");
+                false
+            }
+        }
+    }
+
+    /// Decide what to do with one due job, from its stored copy (the API may have changed or
+    /// removed it since it was armed).
+    fn prepare(&self, id: &str, due_ms: i64, now: DateTime<Utc>) -> Prepared {
         let job = match self.get(id) {
             Ok(Some(job)) => job,
-            Ok(None) => return Ok(None),
+            Ok(None) => return Prepared::Stale,
             Err(e) => {
+                // Unreadable: never fires again rather than failing every round.
                 tracing::error!(id, "cannot read cron job: {e}");
-                return Ok(None);
+                return Prepared::Stale;
             }
         };
         if armed(&job) != Some(due_ms) {
-            self.arm(&job);
-            return Ok(None);
+            return Prepared::Stale;
         }
         let Some(due) = DateTime::from_timestamp_millis(due_ms) else {
-            return Ok(None);
+            return Prepared::Stale;
         };
-        let now = self.clock.now();
         if job.schedule.is_recurring() && job.catch_up == CatchUp::Skip && now - due > MISSED_GRACE
         {
             tracing::info!(id, "skipping a run missed while the gateway was down");
@@ -119,31 +202,16 @@ impl Scheduler {
                 outcome: Outcome::Skipped,
                 error: Some("missed while the gateway was down".into()),
             };
-            return Ok(Some(Pending {
+            return Prepared::Skipped(Pending {
                 id: job.id,
                 due,
                 run,
-            }));
+            });
         }
-        self.metrics
-            .cron_lateness
-            .observe((now - due).to_std().unwrap_or_default());
-        let message_id = format!("cron:{id}:{due_ms}");
-        let run = match job.delivery {
-            Delivery::Agent => self.publish(&job, message_id, now).await,
-            Delivery::Direct => {
-                // Recorded with the job's new state in one atomic write: sent exactly once.
-                self.fire_direct(job, due, now).await;
-                return Ok(None);
-            }
-        };
-        let error = run?;
-        let run = self.run_record(now, due, error);
-        Ok(Some(Pending {
-            id: job.id,
-            due,
-            run,
-        }))
+        match job.delivery {
+            Delivery::Agent => Prepared::Agent(job, due),
+            Delivery::Direct => Prepared::Direct(job, due),
+        }
     }
 
     /// Hand a job's message to the bus; `Ok(Some(error))` when that failed for a reason
@@ -171,16 +239,16 @@ impl Scheduler {
         let reply = OutboundMessage::new(job.key.clone(), job.message.clone());
         let recorded = {
             let _w = self.writes.lock().await;
-            let mut fresh = match self.get(&job.id) {
+            let old = match self.get(&job.id) {
                 Ok(Some(j)) if armed(&j) == armed(&job) => j,
                 _ => return,
             };
+            let mut fresh = old.clone();
             fresh.record(self.run_record(now, due, None));
             fresh.rearm(due, now);
             let mut batch = Batch::default();
-            match fresh.to_bytes() {
-                Ok(bytes) => batch.put(Tree::Cron, Job::store_key(&fresh.id), bytes),
-                Err(e) => tracing::error!("cannot encode cron job: {e}"),
+            if let Err(e) = index::write(&mut batch, Some(&old), Some(&fresh)) {
+                tracing::error!("cannot encode cron job: {e}");
             }
             bus.outbox()
                 .record(vec![reply], batch)
@@ -188,8 +256,8 @@ impl Scheduler {
                 .map(|e| (e, fresh))
         };
         match recorded {
-            Ok((entries, fresh)) => {
-                self.arm(&fresh);
+            Ok((entries, _)) => {
+                self.wake.notify_one();
                 let bus = bus.clone();
                 let tracker = self
                     .tracker
@@ -236,13 +304,14 @@ impl Scheduler {
         let run = self.run_record(now, now, error.clone());
         {
             let _w = self.writes.lock().await;
-            if let Some(mut fresh) = self.get(&job.id)? {
+            if let Some(old) = self.get(&job.id)? {
+                let mut fresh = old.clone();
                 fresh.record(run);
-                self.store
-                    .put(Tree::Cron, &Job::store_key(&job.id), &fresh.to_bytes()?)?;
+                let mut batch = Batch::default();
+                index::write(&mut batch, Some(&old), Some(&fresh))?;
+                self.store.commit(batch).await?;
             }
         }
-        self.store.flush().await?;
         match error {
             None => Ok(()),
             Some(e) => Err(ScheduleError::Store(e)),
@@ -266,20 +335,21 @@ impl Scheduler {
         }
     }
 
-    /// Record runs and re-arm their jobs in one write (durable at the round's flush). A job
-    /// removed meanwhile stays removed; one re-scheduled meanwhile keeps its new time.
-    async fn commit(&self, pending: Vec<Pending>) {
+    /// Record runs and re-arm their jobs in one durable write. A job removed meanwhile
+    /// stays removed; one re-scheduled meanwhile keeps its new time. Returns whether the
+    /// write was stored.
+    async fn commit(&self, pending: Vec<Pending>) -> bool {
         if pending.is_empty() {
-            return;
+            return true;
         }
         let mut batch = Batch::default();
-        let mut jobs = Vec::with_capacity(pending.len());
         {
             let _w = self.writes.lock().await;
             for Pending { id, due, run } in pending {
-                let Ok(Some(mut job)) = self.get(&id) else {
+                let Ok(Some(old)) = self.get(&id) else {
                     continue;
                 };
+                let mut job = old.clone();
                 let now = run.at;
                 let failed = run.outcome == Outcome::Failed;
                 // The index keeps milliseconds; stored times may carry nanoseconds.
@@ -299,23 +369,28 @@ impl Scheduler {
                         job.rearm(due, now);
                     }
                 }
-                match job.to_bytes() {
-                    Ok(bytes) => batch.put(Tree::Cron, Job::store_key(&id), bytes),
-                    Err(e) => tracing::error!(id, "cannot encode cron job: {e}"),
+                if let Err(e) = index::write(&mut batch, Some(&old), Some(&job)) {
+                    tracing::error!(id, "cannot encode cron job: {e}");
                 }
-                jobs.push(job);
             }
-            if let Err(e) = self.store.apply(batch) {
+            if let Err(e) = self.store.commit(batch).await {
                 tracing::error!("cannot store cron job states: {e}");
+                return false;
             }
         }
-        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
-        for job in &jobs {
-            index.set(&job.id, armed(job));
-        }
-        drop(index);
         self.wake.notify_one();
+        true
     }
+}
+
+/// What a due job needs.
+enum Prepared {
+    /// Removed, disabled or re-scheduled since its due entry was read.
+    Stale,
+    /// A missed recurring run with `catch_up = "skip"`.
+    Skipped(Pending),
+    Agent(Job, DateTime<Utc>),
+    Direct(Job, DateTime<Utc>),
 }
 
 /// A run to record once the round is over.

@@ -1,59 +1,148 @@
-//! The in-memory ordered index of enabled jobs by next due time: the earliest is found in
-//! O(log n), so the engine sleeps until exactly then instead of polling.
+//! The job indexes, kept in the store (`Tree::CronIndex`) and written in the same atomic
+//! batch as the job they describe:
+//!
+//! - `d` + due time (8 bytes, order-preserving) + id: enabled jobs by due time. The loop
+//!   reads the first key (O(log n)) and sleeps until then; a round reads keys up to now.
+//! - `k` + chat key + `0x00` + id: jobs by chat, for `/reminders` and the `cron` tool.
+//!
+//! Nothing is held in memory, so 100 000 jobs cost the gateway no RAM, and start-up reads
+//! no job at all.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use switchboard_channel::ChatKey;
 
-/// Due times (unix milliseconds) by job id, and job ids by due time.
-#[derive(Debug, Default)]
-pub(crate) struct Index {
-    by_due: BTreeSet<(i64, Arc<str>)>,
-    due_of: HashMap<Arc<str>, i64>,
+use super::engine::armed;
+use super::job::Job;
+use crate::store::{Batch, Store, StoreError, Tree};
+
+const DUE: u8 = b'd';
+const BY_KEY: u8 = b'k';
+
+fn due_key(due_ms: i64, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + id.len());
+    k.push(DUE);
+    // Flipping the sign bit makes the big-endian bytes sort like the signed numbers.
+    k.extend_from_slice(&((due_ms as u64) ^ (1 << 63)).to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
 }
 
-impl Index {
-    /// Set (or, with `None`, clear) the due time of a job.
-    pub(crate) fn set(&mut self, id: &str, due: Option<i64>) {
-        if let Some((key, old)) = self.due_of.remove_entry(id) {
-            self.by_due.remove(&(old, key));
+fn parse_due_key(k: &[u8]) -> Option<(i64, String)> {
+    let rest = k.strip_prefix(&[DUE])?;
+    let (due, id) = rest.split_at_checked(8)?;
+    let due = u64::from_be_bytes(due.try_into().ok()?) ^ (1 << 63);
+    Some((due as i64, String::from_utf8(id.to_vec()).ok()?))
+}
+
+fn chat_prefix(key: &ChatKey) -> Vec<u8> {
+    let mut k = vec![BY_KEY];
+    k.extend_from_slice(key.to_string().as_bytes());
+    k.push(0);
+    k
+}
+
+fn chat_key(key: &ChatKey, id: &str) -> Vec<u8> {
+    let mut k = chat_prefix(key);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// Add to `batch` the writes that store `new` in place of `old` (either may be absent:
+/// an added or a removed job), index entries included.
+pub(crate) fn write(
+    batch: &mut Batch,
+    old: Option<&Job>,
+    new: Option<&Job>,
+) -> Result<(), StoreError> {
+    if let Some(old) = old {
+        if let Some(due) = armed(old) {
+            batch.delete(Tree::CronIndex, due_key(due, &old.id));
         }
-        if let Some(due) = due {
-            let key: Arc<str> = Arc::from(id);
-            self.by_due.insert((due, key.clone()));
-            self.due_of.insert(key, due);
+        batch.delete(Tree::CronIndex, chat_key(&old.key, &old.id));
+        if new.is_none() {
+            batch.delete(Tree::Cron, Job::store_key(&old.id));
         }
     }
-
-    /// The earliest due time.
-    pub(crate) fn first(&self) -> Option<i64> {
-        self.by_due.first().map(|(due, _)| *due)
+    if let Some(new) = new {
+        batch.put(Tree::Cron, Job::store_key(&new.id), new.to_bytes()?);
+        if let Some(due) = armed(new) {
+            batch.put(Tree::CronIndex, due_key(due, &new.id), Vec::new());
+        }
+        batch.put(Tree::CronIndex, chat_key(&new.key, &new.id), Vec::new());
     }
+    Ok(())
+}
 
-    /// Remove and return up to `max` jobs due at or before `now`, earliest first.
-    pub(crate) fn pop_due(&mut self, now: i64, max: usize) -> Vec<(i64, Arc<str>)> {
-        let mut out = Vec::new();
-        while out.len() < max {
-            match self.by_due.first() {
-                Some((due, _)) if *due <= now => {
-                    if let Some((due, id)) = self.by_due.pop_first() {
-                        self.due_of.remove(&id);
-                        out.push((due, id));
-                    }
-                }
-                _ => break,
+/// Drop one due entry (it no longer matches its job).
+pub(crate) fn forget_due(batch: &mut Batch, due_ms: i64, id: &str) {
+    batch.delete(Tree::CronIndex, due_key(due_ms, id));
+}
+
+/// The earliest due time.
+pub(crate) fn first(store: &dyn Store) -> Result<Option<i64>, StoreError> {
+    let mut first = None;
+    store.for_each(Tree::CronIndex, &[DUE], &mut |k, _| {
+        first = parse_due_key(k).map(|(due, _)| due);
+        false
+    })?;
+    Ok(first)
+}
+
+/// Up to `max` jobs due at or before `now_ms`, earliest first.
+pub(crate) fn due(
+    store: &dyn Store,
+    now_ms: i64,
+    max: usize,
+) -> Result<Vec<(i64, String)>, StoreError> {
+    let mut out = Vec::new();
+    store.for_each(
+        Tree::CronIndex,
+        &[DUE],
+        &mut |k, _| match parse_due_key(k) {
+            Some((due, id)) if due <= now_ms => {
+                out.push((due, id));
+                out.len() < max
             }
+            Some(_) => false,
+            None => true,
+        },
+    )?;
+    Ok(out)
+}
+
+/// Ids of the jobs of one chat.
+pub(crate) fn of_chat(store: &dyn Store, key: &ChatKey) -> Result<Vec<String>, StoreError> {
+    let prefix = chat_prefix(key);
+    let mut ids = Vec::new();
+    store.for_each(Tree::CronIndex, &prefix, &mut |k, _| {
+        ids.push(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
+        true
+    })?;
+    Ok(ids)
+}
+
+/// Build the indexes from the jobs when they are missing (a store written before they
+/// existed); returns whether it did.
+pub(crate) async fn ensure(store: &dyn Store) -> Result<bool, StoreError> {
+    const BUILT: &[u8] = b"cron_index_v1";
+    if store.get(Tree::Meta, BUILT)?.is_some() {
+        return Ok(false);
+    }
+    let mut batch = Batch::default();
+    store.for_each(Tree::Cron, &[], &mut |k, v| {
+        match Job::from_bytes(v) {
+            Ok(job) => {
+                if let Some(due) = armed(&job) {
+                    batch.put(Tree::CronIndex, due_key(due, &job.id), Vec::new());
+                }
+                batch.put(Tree::CronIndex, chat_key(&job.key, &job.id), Vec::new());
+            }
+            Err(e) => tracing::error!(id = %String::from_utf8_lossy(k), "skipping job: {e}"),
         }
-        out
-    }
-
-    pub(crate) fn clear(&mut self) {
-        self.by_due.clear();
-        self.due_of.clear();
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.due_of.len()
-    }
+        true
+    })?;
+    batch.put(Tree::Meta, BUILT, b"1".to_vec());
+    store.commit(batch).await?;
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -61,21 +150,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn orders_by_due_and_replaces_on_set() {
-        let mut ix = Index::default();
-        ix.set("a", Some(30));
-        ix.set("b", Some(10));
-        ix.set("c", Some(20));
-        ix.set("b", Some(40));
-        assert_eq!(ix.first(), Some(20));
-        let due: Vec<_> = ix
-            .pop_due(30, 10)
-            .into_iter()
-            .map(|(d, id)| (d, id.to_string()))
-            .collect();
-        assert_eq!(due, vec![(20, "c".into()), (30, "a".into())]);
-        ix.set("b", None);
-        assert_eq!(ix.len(), 0);
-        assert_eq!(ix.first(), None);
+    fn due_keys_sort_like_their_times_and_round_trip() {
+        let times = [-5_000i64, -1, 0, 1, 1_700_000_000_000, i64::MAX / 2];
+        let keys: Vec<Vec<u8>> = times.iter().map(|t| due_key(*t, "j1")).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        for t in times {
+            assert_eq!(
+                parse_due_key(&due_key(t, "abc")),
+                Some((t, "abc".to_string()))
+            );
+        }
+        assert_eq!(parse_due_key(b"k-not-a-due-key"), None);
     }
 }

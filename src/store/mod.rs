@@ -20,6 +20,8 @@ pub enum Tree {
     Sessions,
     /// Scheduled jobs.
     Cron,
+    /// Indexes of the scheduled jobs (by due time, by chat).
+    CronIndex,
     /// Pairing codes and approved senders.
     Pairing,
     /// Everything else: small gateway facts (last active chat, …).
@@ -27,12 +29,13 @@ pub enum Tree {
 }
 
 impl Tree {
-    pub const ALL: [Tree; 7] = [
+    pub const ALL: [Tree; 8] = [
         Tree::Inbox,
         Tree::Outbox,
         Tree::Seen,
         Tree::Sessions,
         Tree::Cron,
+        Tree::CronIndex,
         Tree::Pairing,
         Tree::Meta,
     ];
@@ -44,6 +47,7 @@ impl Tree {
             Tree::Seen => "seen",
             Tree::Sessions => "sessions",
             Tree::Cron => "cron",
+            Tree::CronIndex => "cron_index",
             Tree::Pairing => "pairing",
             Tree::Meta => "meta",
         }
@@ -129,6 +133,13 @@ pub trait Store: Send + Sync + 'static {
     /// Make every write applied so far durable. Concurrent callers share one fsync
     /// (group commit).
     async fn flush(&self) -> Result<(), StoreError>;
+    /// Apply a batch atomically and make it durable before returning (a conflict writes
+    /// nothing). Concurrent commits share one fsync.
+    async fn commit(&self, batch: Batch) -> Result<Applied, StoreError> {
+        let applied = self.apply(batch)?;
+        self.flush().await?;
+        Ok(applied)
+    }
     /// Number of entries in a tree.
     fn len(&self, tree: Tree) -> usize;
 }

@@ -1,31 +1,38 @@
-//! The embedded store on sled 0.34, with group commit: concurrent `flush` calls share one
-//! fsync, so durability does not cost one fsync per message under load.
+//! The embedded store on sled 0.34, with group commit: durable writes go to one writer
+//! thread that applies everything queued, then makes it durable with one fsync.
+//!
+//! Why a thread of its own: once sled has seen a batch it guards every operation with one
+//! process-wide read/write lock, and a flush holds the read side for as long as the disk
+//! takes. A batch applied on a runtime thread while a flush runs would block that thread
+//! (and every reader queued behind it) for the whole fsync. The writer applies and flushes
+//! in turn, so runtime threads only ever take the read side for short reads and
+//! single-key writes.
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 
 use async_trait::async_trait;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
-use tokio::sync::{Notify, watch};
+use tokio::sync::oneshot;
 
 use super::{Applied, Batch, Entries, Op, Store, StoreError, Tree};
+
+/// Most writes the writer applies before it flushes.
+const MAX_GROUP: usize = 1024;
 
 /// sled-backed [`Store`].
 pub struct SledStore {
     db: sled::Db,
-    trees: Vec<sled::Tree>,
-    commit: Arc<GroupCommit>,
+    trees: Arc<[sled::Tree]>,
+    /// Work for the writer thread; `None` once the store is dropped.
+    writer: Option<mpsc::Sender<Work>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-struct GroupCommit {
-    /// Number of flushes requested so far.
-    requested: AtomicU64,
-    /// Number of requests covered by a completed fsync (or an error for all of them).
-    done: watch::Sender<(u64, Option<String>)>,
-    wake: Notify,
-    /// The database while the store is open; taken on drop so the flusher lets go of it.
-    db: std::sync::Mutex<Option<sled::Db>>,
+enum Work {
+    Commit(Batch, oneshot::Sender<Result<Applied, StoreError>>),
+    Flush(oneshot::Sender<Result<(), StoreError>>),
 }
 
 impl SledStore {
@@ -48,49 +55,146 @@ impl SledStore {
                 }
                 other => StoreError::Backend(other.to_string()),
             })?;
-        let trees = Tree::ALL
+        let trees: Arc<[sled::Tree]> = Tree::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
             .collect::<Result<Vec<_>, _>>()
+            .map_err(backend)?
+            .into();
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn({
+                let (db, trees) = (db.clone(), trees.clone());
+                move || writer(db, trees, rx)
+            })
             .map_err(backend)?;
-        let (done, _) = watch::channel((0, None));
-        let commit = Arc::new(GroupCommit {
-            requested: AtomicU64::new(0),
-            done,
-            wake: Notify::new(),
-            db: std::sync::Mutex::new(Some(db.clone())),
-        });
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(flusher(commit.clone()));
-        }
-        Ok(Self { db, trees, commit })
+        Ok(Self {
+            db,
+            trees,
+            writer: Some(tx),
+            thread: Some(thread),
+        })
     }
 
     fn tree(&self, t: Tree) -> &sled::Tree {
-        &self.trees[Tree::ALL.iter().position(|x| *x == t).unwrap_or(0)]
+        tree_of(&self.trees, t)
     }
+
+    fn send(&self, work: Work) -> Result<(), StoreError> {
+        self.writer
+            .as_ref()
+            .and_then(|w| w.send(work).ok())
+            .ok_or_else(|| StoreError::Backend("the store writer stopped".into()))
+    }
+}
+
+fn tree_of(trees: &[sled::Tree], t: Tree) -> &sled::Tree {
+    &trees[Tree::ALL.iter().position(|x| *x == t).unwrap_or(0)]
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-/// One task does the fsyncs; each covers every request made before it started.
-async fn flusher(commit: Arc<GroupCommit>) {
-    loop {
-        commit.wake.notified().await;
-        let Some(db) = commit.db.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
-            return;
-        };
-        let target = commit.requested.load(Ordering::SeqCst);
-        if commit.done.borrow().0 >= target {
-            continue;
+/// The writer thread: apply what is queued (up to [`MAX_GROUP`]), flush once, answer all.
+fn writer(db: sled::Db, trees: Arc<[sled::Tree]>, rx: mpsc::Receiver<Work>) {
+    while let Ok(first) = rx.recv() {
+        let mut commits = Vec::new();
+        let mut flushes = Vec::new();
+        let mut next = Some(first);
+        while let Some(work) = next {
+            match work {
+                Work::Commit(batch, reply) => commits.push((apply(&trees, batch), reply)),
+                Work::Flush(reply) => flushes.push(reply),
+            }
+            next = if commits.len() + flushes.len() < MAX_GROUP {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
         }
-        let err = db.flush_async().await.err().map(|e| e.to_string());
-        // Let go of the database before anyone hears the flush is done: a caller that then
-        // drops the store must find the lock released.
-        drop(db);
-        commit.done.send_replace((target, err));
+        let flushed = db.flush().map(|_| ()).map_err(|e| e.to_string());
+        let fail = |e: &String| StoreError::Backend(format!("flush failed: {e}"));
+        for (applied, reply) in commits {
+            let _ = reply.send(match (&flushed, applied) {
+                (Ok(()), r) => r,
+                (Err(e), Ok(_)) => Err(fail(e)),
+                (Err(_), Err(e)) => Err(e),
+            });
+        }
+        for reply in flushes {
+            let _ = reply.send(flushed.as_ref().map(|_| ()).map_err(fail));
+        }
+    }
+}
+
+/// Apply a batch atomically: one key without preconditions is a plain write, one tree a
+/// sled batch, several trees or preconditions a transaction.
+fn apply(trees: &[sled::Tree], batch: Batch) -> Result<Applied, StoreError> {
+    let mut used: Vec<Tree> = Vec::new();
+    for t in batch
+        .ops
+        .iter()
+        .map(|op| match op {
+            Op::Put(t, ..) | Op::Delete(t, _) => *t,
+        })
+        .chain(batch.absent.iter().map(|(t, _)| *t))
+    {
+        if !used.contains(&t) {
+            used.push(t);
+        }
+    }
+    if used.is_empty() {
+        return Ok(Applied::Done);
+    }
+    if batch.absent.is_empty() && batch.ops.len() == 1 {
+        match batch.ops.into_iter().next() {
+            Some(Op::Put(t, k, v)) => {
+                tree_of(trees, t).insert(k, v).map_err(backend)?;
+            }
+            Some(Op::Delete(t, k)) => {
+                tree_of(trees, t).remove(k).map_err(backend)?;
+            }
+            None => {}
+        }
+        return Ok(Applied::Done);
+    }
+    if used.len() == 1 && batch.absent.is_empty() {
+        let mut b = sled::Batch::default();
+        for op in batch.ops {
+            match op {
+                Op::Put(_, k, v) => b.insert(k, v),
+                Op::Delete(_, k) => b.remove(k),
+            }
+        }
+        tree_of(trees, used[0]).apply_batch(b).map_err(backend)?;
+        return Ok(Applied::Done);
+    }
+    let involved: Vec<sled::Tree> = used.iter().map(|t| tree_of(trees, *t).clone()).collect();
+    let idx = |t: Tree| used.iter().position(|x| *x == t).unwrap_or(0);
+    let result = involved.as_slice().transaction(|tx| {
+        for (t, k) in &batch.absent {
+            if tx[idx(*t)].get(k)?.is_some() {
+                return Err(ConflictableTransactionError::Abort(()));
+            }
+        }
+        for op in &batch.ops {
+            match op {
+                Op::Put(t, k, v) => {
+                    tx[idx(*t)].insert(k.as_slice(), v.as_slice())?;
+                }
+                Op::Delete(t, k) => {
+                    tx[idx(*t)].remove(k.as_slice())?;
+                }
+            }
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => Ok(Applied::Done),
+        Err(TransactionError::Abort(())) => Ok(Applied::Conflict),
+        Err(TransactionError::Storage(e)) => Err(backend(e)),
     }
 }
 
@@ -127,59 +231,7 @@ impl Store for SledStore {
     }
 
     fn apply(&self, batch: Batch) -> Result<Applied, StoreError> {
-        // Single-tree batches without preconditions skip the transaction machinery.
-        let mut used: Vec<Tree> = Vec::new();
-        for t in batch
-            .ops
-            .iter()
-            .map(|op| match op {
-                Op::Put(t, ..) | Op::Delete(t, _) => *t,
-            })
-            .chain(batch.absent.iter().map(|(t, _)| *t))
-        {
-            if !used.contains(&t) {
-                used.push(t);
-            }
-        }
-        if used.is_empty() {
-            return Ok(Applied::Done);
-        }
-        if used.len() == 1 && batch.absent.is_empty() {
-            let mut b = sled::Batch::default();
-            for op in batch.ops {
-                match op {
-                    Op::Put(_, k, v) => b.insert(k, v),
-                    Op::Delete(_, k) => b.remove(k),
-                }
-            }
-            self.tree(used[0]).apply_batch(b).map_err(backend)?;
-            return Ok(Applied::Done);
-        }
-        let trees: Vec<sled::Tree> = used.iter().map(|t| self.tree(*t).clone()).collect();
-        let idx = |t: Tree| used.iter().position(|x| *x == t).unwrap_or(0);
-        let result = trees.as_slice().transaction(|tx| {
-            for (t, k) in &batch.absent {
-                if tx[idx(*t)].get(k)?.is_some() {
-                    return Err(ConflictableTransactionError::Abort(()));
-                }
-            }
-            for op in &batch.ops {
-                match op {
-                    Op::Put(t, k, v) => {
-                        tx[idx(*t)].insert(k.as_slice(), v.as_slice())?;
-                    }
-                    Op::Delete(t, k) => {
-                        tx[idx(*t)].remove(k.as_slice())?;
-                    }
-                }
-            }
-            Ok(())
-        });
-        match result {
-            Ok(()) => Ok(Applied::Done),
-            Err(TransactionError::Abort(())) => Ok(Applied::Conflict),
-            Err(TransactionError::Storage(e)) => Err(backend(e)),
-        }
+        apply(&self.trees, batch)
     }
 
     fn next_id(&self) -> Result<u64, StoreError> {
@@ -187,17 +239,17 @@ impl Store for SledStore {
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
-        let mine = self.commit.requested.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut rx = self.commit.done.subscribe();
-        self.commit.wake.notify_one();
-        let done = rx
-            .wait_for(|(covered, _)| *covered >= mine)
-            .await
-            .map_err(|_| StoreError::Backend("flusher stopped".into()))?;
-        match &done.1 {
-            None => Ok(()),
-            Some(e) => Err(StoreError::Backend(format!("flush failed: {e}"))),
-        }
+        let (tx, rx) = oneshot::channel();
+        self.send(Work::Flush(tx))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("the store writer stopped".into()))?
+    }
+
+    async fn commit(&self, batch: Batch) -> Result<Applied, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Work::Commit(batch, tx))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("the store writer stopped".into()))?
     }
 
     fn len(&self, tree: Tree) -> usize {
@@ -207,12 +259,12 @@ impl Store for SledStore {
 
 impl Drop for SledStore {
     fn drop(&mut self) {
-        self.commit
-            .db
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        self.commit.wake.notify_one();
+        // The writer finishes what is queued, flushes, and lets go of the database, so a
+        // caller that drops the store finds its lock released.
+        self.writer.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
         let _ = self.db.flush();
     }
 }
