@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use switchboard::scheduler::{CatchUp, Delivery, Job, Schedule};
-use switchboard::store::{Batch, SledStore, Store, Tree};
+use switchboard::store::{Batch, SledStore, Store};
 use switchboard_fakes::discord::FakeDiscord;
 use switchboard_fakes::llm::FakeLlm;
 use switchboard_fakes::slack::{self as fake_slack, APP_TOKEN, BOT_TOKEN, FakeSlack};
@@ -316,11 +316,7 @@ async fn write_jobs(dir: &Path, jobs: impl Iterator<Item = Job>) {
     let store = SledStore::open(&dir.join("data")).expect("store");
     let mut batch = Batch::default();
     for j in jobs {
-        batch.put(
-            Tree::Cron,
-            Job::store_key(&j.id),
-            j.to_bytes().expect("job"),
-        );
+        switchboard::scheduler::stage_job(&mut batch, &j).expect("job");
         if batch.ops.len() >= 10_000 {
             store.apply(std::mem::take(&mut batch)).expect("write");
         }

@@ -372,3 +372,52 @@ async fn reminders_lists_this_chats_jobs_in_their_timezone() {
     assert!(!text.contains("not here"), "{text}");
     rig.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn jobs_stored_before_the_indexes_existed_are_indexed_at_start_and_fire() {
+    use switchboard::scheduler::{Job, Schedule};
+    use switchboard::store::{SledStore, Store, Tree};
+    let dir = tempfile::tempdir().unwrap();
+    let due = at("2026-03-01T12:10:00Z");
+    {
+        // Written the way an older gateway stored jobs: the job alone, no index entries.
+        let store = SledStore::open(dir.path()).unwrap();
+        let old = Job {
+            id: "jold".into(),
+            key: key(),
+            message: "from an older store".into(),
+            schedule: Schedule::At { at: due },
+            tz: "UTC".into(),
+            created_by: "cli".into(),
+            created_at: at("2026-03-01T11:00:00Z"),
+            enabled: true,
+            next_run: Some(due),
+            runs: Vec::new(),
+            delivery: Delivery::Agent,
+            catch_up: CatchUp::Once,
+            model: None,
+        };
+        store
+            .apply({
+                let mut b = switchboard::store::Batch::default();
+                b.put(Tree::Cron, Job::store_key(&old.id), old.to_bytes().unwrap());
+                b
+            })
+            .unwrap();
+        store.flush().await.unwrap();
+    }
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    assert!(rig.handler.wait_for(1, HOUR).await, "the old job fires");
+    let (msg, seen) = rig.handler.received().remove(0);
+    assert_eq!(msg.text, "from an older store");
+    assert_eq!(seen, due);
+    let listed: Vec<String> = rig
+        .scheduler
+        .list(Some(&key()))
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(listed, ["jold"], "found through the chat index");
+    assert!(!rig.handler.wait_for(2, 2 * HOUR).await, "and only once");
+    rig.stop().await;
+}

@@ -120,10 +120,17 @@ pub(crate) fn of_chat(store: &dyn Store, key: &ChatKey) -> Result<Vec<String>, S
     Ok(ids)
 }
 
+/// Meta key saying the indexes cover every stored job.
+const BUILT: &[u8] = b"cron_index_v1";
+
+/// Add the "indexes are complete" mark to `batch`.
+pub(crate) fn mark_built(batch: &mut Batch) {
+    batch.put(Tree::Meta, BUILT, b"1".to_vec());
+}
+
 /// Build the indexes from the jobs when they are missing (a store written before they
 /// existed); returns whether it did.
 pub(crate) async fn ensure(store: &dyn Store) -> Result<bool, StoreError> {
-    const BUILT: &[u8] = b"cron_index_v1";
     if store.get(Tree::Meta, BUILT)?.is_some() {
         return Ok(false);
     }
@@ -140,7 +147,7 @@ pub(crate) async fn ensure(store: &dyn Store) -> Result<bool, StoreError> {
         }
         true
     })?;
-    batch.put(Tree::Meta, BUILT, b"1".to_vec());
+    mark_built(&mut batch);
     store.commit(batch).await?;
     Ok(true)
 }

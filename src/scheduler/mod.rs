@@ -5,7 +5,8 @@
 //!   ([`crontab`] translates crontab for the `cron` crate and handles daylight saving).
 //! - [`job`]: the stored job and its run history (`Tree::Cron`, JSON).
 //! - [`engine`]: the [`Scheduler`] API (add, list, remove, run now, `/reminders`);
-//!   `fire` is its loop, sleeping until the earliest due job in an ordered index.
+//!   `fire` is its loop, sleeping until the earliest due job of the due index, which lives
+//!   in the store (`Tree::CronIndex`) beside a by-chat index, written with each job.
 //! - [`tool`]: the agent's `cron` tool.
 //! - [`heartbeat`]: periodic `System(Heartbeat)` turns driven by `HEARTBEAT.md`.
 //! - [`clock`]: wall-clock access, replaceable by a clock that follows tokio's paused time.
@@ -26,3 +27,14 @@ pub use heartbeat::{Beat, Heartbeat, is_actionable, suppress_reply};
 pub use job::{CatchUp, Delivery, Job, NewJob, Outcome, Run};
 pub use schedule::{Schedule, ScheduleError, ScheduleSpec, next_after, parse_tz};
 pub use tool::CronTool;
+
+/// Add to `batch` the writes that store a new `job` with its index entries, for bulk
+/// imports straight into a store (a gateway's own writes go through [`Scheduler`]).
+pub fn stage_job(
+    batch: &mut crate::store::Batch,
+    job: &Job,
+) -> Result<(), crate::store::StoreError> {
+    index::write(batch, None, Some(job))?;
+    index::mark_built(batch);
+    Ok(())
+}

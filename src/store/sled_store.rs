@@ -314,6 +314,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn commits_are_durable_at_once_and_a_conflict_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+            let mut tasks = Vec::new();
+            for i in 0..100u64 {
+                let s = s.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut b = Batch::default();
+                    b.require_absent(Tree::Seen, i.to_be_bytes());
+                    b.put(Tree::Seen, i.to_be_bytes(), "t");
+                    b.put(Tree::Inbox, i.to_be_bytes(), "msg");
+                    s.commit(b).await.unwrap()
+                }));
+            }
+            for t in tasks {
+                assert_eq!(t.await.unwrap(), Applied::Done);
+            }
+            let mut again = Batch::default();
+            again.require_absent(Tree::Seen, 7u64.to_be_bytes());
+            again.put(Tree::Inbox, 1000u64.to_be_bytes(), "not written");
+            assert_eq!(s.commit(again).await.unwrap(), Applied::Conflict);
+            // The process "dies" here: no flush on the way out beyond what commit did.
+            std::mem::forget(s);
+        }
+        // sled's own lock is held by the forgotten handle; read the files through a copy.
+        let copy = tempfile::tempdir().unwrap();
+        copy_dir(&dir.path().join("store"), &copy.path().join("store"));
+        let s = SledStore::open(copy.path()).unwrap();
+        assert_eq!(s.len(Tree::Inbox), 100);
+        assert_eq!(s.get(Tree::Inbox, &1000u64.to_be_bytes()).unwrap(), None);
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_dir(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+
+    #[tokio::test]
     async fn a_second_open_reports_locked() {
         let dir = tempfile::tempdir().unwrap();
         let _a = SledStore::open(dir.path()).unwrap();
