@@ -26,8 +26,6 @@ use crate::store::{SledStore, Store, StoreError};
 
 /// How long shutdown waits for running work before giving up on it (it stays in the inbox).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(8);
-/// How long the gateway must stay without running chats before it trims its heap.
-const IDLE_TRIM_AFTER: Duration = Duration::from_secs(1);
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -354,25 +352,6 @@ pub async fn start(
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
                 _ = prune_stop.cancelled() => break,
-            }
-        }
-    });
-    // After a burst, once every chat's worker is gone and stays gone for a moment, hand the
-    // memory the burst freed back to the system.
-    let idle_bus = bus.clone();
-    let idle_stop = shutdown.clone();
-    tracker.spawn(async move {
-        loop {
-            tokio::select! {
-                _ = idle_bus.became_idle() => {}
-                _ = idle_stop.cancelled() => break,
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(IDLE_TRIM_AFTER) => {}
-                _ = idle_stop.cancelled() => break,
-            }
-            if idle_bus.active_chats() == 0 {
-                crate::memory::release_free_memory();
             }
         }
     });

@@ -22,7 +22,6 @@ pub mod config;
 pub mod gateway;
 pub mod http;
 pub mod llm;
-pub mod memory;
 pub mod metrics;
 pub mod pairing;
 pub mod scheduler;

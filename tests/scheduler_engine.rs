@@ -48,7 +48,7 @@ async fn a_reminder_fires_at_its_time_as_system_cron_and_the_reply_reaches_the_c
     assert!(seen_at >= at("2026-03-01T12:10:00Z"), "{seen_at}");
     assert!(seen_at < at("2026-03-01T12:10:01Z"), "{seen_at}");
 
-    assert!(rig.channel.wait_for(1, HOUR).await);
+    rig.channel.wait_for(1, HOUR).await;
     let sent = rig.channel.sent();
     assert_eq!(sent[0].key, key());
     assert_eq!(sent[0].text, "echo: call mum");
@@ -138,7 +138,7 @@ async fn direct_delivery_sends_the_text_without_a_turn() {
     let mut new = job(ScheduleSpec::At("in 5m".into()), "Stand-up in 5 minutes");
     new.delivery = Delivery::Direct;
     let j = rig.scheduler.add(new).await.unwrap();
-    assert!(rig.channel.wait_for(1, HOUR).await);
+    rig.channel.wait_for(1, HOUR).await;
     assert_eq!(rig.channel.sent()[0].text, "Stand-up in 5 minutes");
     assert_eq!(rig.handler.count(), 0, "no turn, no LLM call");
     let stored = rig.scheduler.get(&j.id).unwrap().unwrap();

@@ -134,7 +134,7 @@ async fn an_actionable_file_goes_to_the_last_active_chat_with_a_light_context() 
         Some("cheap-model")
     );
     // The (stub) agent's reply is delivered to the chat.
-    assert!(rig.channel.wait_for(1, Duration::from_secs(10)).await);
+    rig.channel.wait_for(1, Duration::from_secs(10)).await;
     assert!(rig.channel.sent()[0].text.contains("drink water"));
     rig.stop().await;
 }

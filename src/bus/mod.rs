@@ -97,8 +97,6 @@ pub struct Bus {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
-    /// Notified when the last worker goes away (the gateway then gives memory back).
-    idle: tokio::sync::Notify,
 }
 
 fn now_secs() -> u64 {
@@ -132,13 +130,7 @@ impl Bus {
             metrics,
             shutdown,
             tracker,
-            idle: tokio::sync::Notify::new(),
         })
-    }
-
-    /// Wait until no chat has a worker any more (after having had one).
-    pub async fn became_idle(&self) {
-        self.idle.notified().await;
     }
 
     /// Set the turn handler (once, before messages flow).

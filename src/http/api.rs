@@ -54,11 +54,7 @@ struct WaiterGuard<'a> {
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
-        self.api
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
+        self.api.forget(&self.id);
     }
 }
 
@@ -90,6 +86,14 @@ impl ApiChannel {
             Ok(Err(_)) => Err("the reply was lost".into()),
             Err(_) => Err(format!("no reply within {timeout:?}")),
         }
+    }
+
+    /// Stop waiting for the reply to `id`.
+    fn forget(&self, id: &str) {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
     }
 
     fn wait_for(
@@ -297,34 +301,22 @@ pub async fn chat_completions(
         (None, None)
     };
     let reply_rx = shared.api.wait_for(&id, delta_tx);
-    match shared.bus.publish(msg).await {
-        Ok(Published::Accepted) => {}
-        Ok(other) => {
-            shared
-                .api
-                .waiters
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            return error(
-                StatusCode::CONFLICT,
-                &format!("message not accepted: {other:?}"),
-                "invalid_request_error",
-            );
-        }
-        Err(e) => {
-            shared
-                .api
-                .waiters
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &e.to_string(),
-                "server_error",
-            );
-        }
+    let refused = match shared.bus.publish(msg).await {
+        Ok(Published::Accepted) => None,
+        Ok(other) => Some(error(
+            StatusCode::CONFLICT,
+            &format!("message not accepted: {other:?}"),
+            "invalid_request_error",
+        )),
+        Err(e) => Some(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &e.to_string(),
+            "server_error",
+        )),
+    };
+    if let Some(response) = refused {
+        shared.api.forget(&id);
+        return response;
     }
     let created = chrono::Utc::now().timestamp();
     let completion_id = format!("chatcmpl-{}", &id[8..]);

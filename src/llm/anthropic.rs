@@ -35,11 +35,7 @@ impl Anthropic {
         api_key: Option<String>,
         timeout: Duration,
     ) -> Result<Self, LlmError> {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| LlmError::Refused(format!("cannot build the HTTP client: {e}")))?;
+        let http = super::openai::client(timeout)?;
         let base = base_url.trim_end_matches('/');
         let url = if base.ends_with("/v1") {
             format!("{base}/messages")

@@ -23,14 +23,8 @@ impl OpenAi {
         api_key: Option<String>,
         timeout: Duration,
     ) -> Result<Self, LlmError> {
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(Duration::from_secs(10))
-            .pool_max_idle_per_host(256)
-            .build()
-            .map_err(|e| LlmError::Refused(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
-            http,
+            http: client(timeout)?,
             base_url: base_url.trim_end_matches('/').to_string(),
             api_key,
         })
@@ -83,6 +77,16 @@ impl OpenAi {
         }
         body
     }
+}
+
+/// The HTTP client of a provider: `timeout` for a whole request, connections kept for reuse.
+pub(crate) fn client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(256)
+        .build()
+        .map_err(|e| LlmError::Refused(format!("cannot build the HTTP client: {e}")))
 }
 
 /// Map an HTTP error status and body to an [`LlmError`].

@@ -83,7 +83,7 @@ impl Scheduler {
     }
 
     /// Make sure the job indexes exist (built once from the jobs of an older store).
-    pub async fn reload(&self) -> Result<(), StoreError> {
+    pub(super) async fn ensure_indexes(&self) -> Result<(), StoreError> {
         let _w = self.writes.lock().await;
         if index::ensure(self.store.as_ref()).await? {
             tracing::info!("cron job indexes built");
@@ -142,11 +142,7 @@ impl Scheduler {
         let read = match key {
             // Through the chat index: only this chat's jobs are read.
             Some(key) => index::of_chat(self.store.as_ref(), key).map(|ids| {
-                jobs.extend(
-                    ids.iter()
-                        .filter_map(|id| self.get(id).ok().flatten())
-                        .filter(|j| &j.key == key),
-                );
+                jobs.extend(ids.iter().filter_map(|id| self.get(id).ok().flatten()));
             }),
             None => self.store.for_each(Tree::Cron, &[], &mut |_, v| {
                 jobs.extend(Job::from_bytes(v).ok());

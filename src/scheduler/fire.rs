@@ -40,7 +40,7 @@ struct Stop;
 
 impl Scheduler {
     pub(super) async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        match self.reload().await {
+        match self.ensure_indexes().await {
             Ok(()) => tracing::info!("scheduler started"),
             Err(e) => tracing::error!("scheduler cannot read its jobs: {e}"),
         }
@@ -71,10 +71,11 @@ impl Scheduler {
         }
     }
 
-    /// Fire everything due at `now_ms` (one round): the agent-delivered jobs' messages go
-    /// to the bus in one durable write, then their runs are recorded and the jobs re-armed
-    /// in one more write; direct deliveries are recorded with their own state.
-    /// Returns whether the round's writes were stored.
+    /// Fire everything due at `now_ms` (one round). Holding the job lock, it reads the due
+    /// jobs, hands the agent-delivered ones' messages to the bus in one durable write, then
+    /// records their runs, re-arms them and drops stale index entries in one more; no job can
+    /// change in between, so none is read twice. Direct deliveries follow, each recorded with
+    /// its reply. Returns whether the round's writes were stored.
     async fn fire_due(&self, now_ms: i64) -> Result<bool, Stop> {
         let due = match index::due(self.store.as_ref(), now_ms, ROUND) {
             Ok(due) => due,
@@ -83,58 +84,67 @@ impl Scheduler {
                 return Ok(false);
             }
         };
-        let mut pending = Vec::new();
-        let mut stale = Vec::new();
-        let mut publish = Vec::new();
-        let mut direct = Vec::new();
         let now = self.clock.now();
-        for (due_ms, id) in due {
-            match self.prepare(&id, due_ms, now) {
-                Prepared::Stale => stale.push((due_ms, id)),
-                Prepared::Skipped(p) => pending.push(p),
-                Prepared::Agent(job, due) => publish.push((job, due)),
-                Prepared::Direct(job, due) => direct.push((job, due)),
-            }
-        }
+        let mut direct = Vec::new();
         let mut stop = false;
-        if !publish.is_empty() {
-            let msgs = publish
-                .iter()
-                .map(|(job, due)| {
-                    inbound(
-                        job,
-                        format!("cron:{}:{}", job.id, due.timestamp_millis()),
-                        now,
-                    )
-                })
-                .collect();
-            let error = match &self.bus {
-                None => Some("the gateway is not running".to_string()),
-                Some(bus) => match bus.publish_many(msgs).await {
-                    Ok(_) => None,
-                    Err(BusError::ShuttingDown) => {
-                        stop = true;
-                        None
-                    }
-                    Err(e) => Some(e.to_string()),
-                },
-            };
-            if !stop {
-                // Fired: the messages are durably on the bus now.
-                let fired = self.clock.now();
-                for (job, due) in publish {
-                    self.metrics
-                        .cron_lateness
-                        .observe((fired - due).to_std().unwrap_or_default());
-                    let run = self.run_record(fired, due, error.clone());
-                    pending.push(Pending {
-                        id: job.id,
-                        due,
-                        run,
-                    });
+        let stored = {
+            let _w = self.writes.lock().await;
+            let mut batch = Batch::default();
+            let mut runs = Vec::new();
+            let mut publish = Vec::new();
+            for (due_ms, id) in due {
+                match self.prepare(&id, due_ms, now) {
+                    Prepared::Stale => index::forget_due(&mut batch, due_ms, &id),
+                    Prepared::Skipped(job, due, run) => runs.push((job, due, run)),
+                    Prepared::Agent(job, due) => publish.push((job, due)),
+                    Prepared::Direct(job, due) => direct.push((job, due)),
                 }
             }
-        }
+            if !publish.is_empty() {
+                let msgs = publish
+                    .iter()
+                    .map(|(job, due)| {
+                        let id = format!("cron:{}:{}", job.id, due.timestamp_millis());
+                        inbound(job, id, now)
+                    })
+                    .collect();
+                let error = match &self.bus {
+                    None => Some("the gateway is not running".to_string()),
+                    Some(bus) => match bus.publish_many(msgs).await {
+                        Ok(_) => None,
+                        Err(BusError::ShuttingDown) => {
+                            stop = true;
+                            None
+                        }
+                        Err(e) => Some(e.to_string()),
+                    },
+                };
+                if !stop {
+                    // Fired: the messages are durably on the bus now.
+                    let fired = self.clock.now();
+                    for (job, due) in publish {
+                        self.metrics
+                            .cron_lateness
+                            .observe((fired - due).to_std().unwrap_or_default());
+                        let run = self.run_record(fired, due, error.clone());
+                        runs.push((job, due, run));
+                    }
+                }
+            }
+            for (old, due, run) in runs {
+                let job = settle(old.clone(), due, run);
+                if let Err(e) = index::write(&mut batch, Some(&old), Some(&job)) {
+                    tracing::error!(id = %job.id, "cannot encode cron job: {e}");
+                }
+            }
+            match self.store.commit(batch).await {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::error!("cannot store cron job states: {e}");
+                    false
+                }
+            }
+        };
         let _: Vec<()> = futures_util::stream::iter(direct)
             .map(|(job, due)| async move {
                 let now = self.clock.now();
@@ -146,33 +156,10 @@ impl Scheduler {
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        let stored = self.forget_stale(stale).await && self.commit(pending).await;
         if stop {
             return Err(Stop);
         }
         Ok(stored)
-    }
-
-    /// Drop due entries whose job was removed or re-scheduled since they were read.
-    async fn forget_stale(&self, stale: Vec<(i64, String)>) -> bool {
-        if stale.is_empty() {
-            return true;
-        }
-        let _w = self.writes.lock().await;
-        let mut batch = Batch::default();
-        for (due_ms, id) in stale {
-            match self.get(&id) {
-                Ok(Some(job)) if armed(&job) == Some(due_ms) => {}
-                _ => index::forget_due(&mut batch, due_ms, &id),
-            }
-        }
-        match self.store.commit(batch).await {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::error!("cannot update the cron index: {e}");
-                false
-            }
-        }
     }
 
     /// Decide what to do with one due job, from its stored copy (the API may have changed or
@@ -202,11 +189,7 @@ impl Scheduler {
                 outcome: Outcome::Skipped,
                 error: Some("missed while the gateway was down".into()),
             };
-            return Prepared::Skipped(Pending {
-                id: job.id,
-                due,
-                run,
-            });
+            return Prepared::Skipped(job, due, run);
         }
         match job.delivery {
             Delivery::Agent => Prepared::Agent(job, due),
@@ -232,32 +215,25 @@ impl Scheduler {
         }
     }
 
+    /// Record the reply with the job's new state in one atomic write (so it is sent exactly
+    /// once), then deliver it.
     async fn fire_direct(&self, job: Job, due: DateTime<Utc>, now: DateTime<Utc>) {
         let Some(bus) = &self.bus else {
             return;
         };
-        let reply = OutboundMessage::new(job.key.clone(), job.message.clone());
-        let recorded = {
-            let _w = self.writes.lock().await;
-            let old = match self.get(&job.id) {
-                Ok(Some(j)) if armed(&j) == armed(&job) => j,
-                _ => return,
-            };
-            let mut fresh = old.clone();
-            fresh.record(self.run_record(now, due, None));
-            fresh.rearm(due, now);
-            let mut batch = Batch::default();
-            if let Err(e) = index::write(&mut batch, Some(&old), Some(&fresh)) {
-                tracing::error!("cannot encode cron job: {e}");
-            }
-            bus.outbox()
-                .record(vec![reply], batch)
-                .await
-                .map(|e| (e, fresh))
+        let _w = self.writes.lock().await;
+        let old = match self.get(&job.id) {
+            Ok(Some(j)) if armed(&j) == armed(&job) => j,
+            _ => return,
         };
-        match recorded {
-            Ok((entries, _)) => {
-                self.wake.notify_one();
+        let reply = OutboundMessage::new(job.key.clone(), job.message.clone());
+        let mut batch = Batch::default();
+        let fresh = settle(old.clone(), due, self.run_record(now, due, None));
+        if let Err(e) = index::write(&mut batch, Some(&old), Some(&fresh)) {
+            tracing::error!("cannot encode cron job: {e}");
+        }
+        match bus.outbox().record(vec![reply], batch).await {
+            Ok(entries) => {
                 let bus = bus.clone();
                 let tracker = self
                     .tracker
@@ -271,13 +247,20 @@ impl Scheduler {
                 }
             }
             Err(e) => {
-                let run = self.run_record(now, due, Some(e.to_string()));
-                self.commit(vec![Pending {
-                    id: job.id,
+                // Nothing was written: record the failed run instead.
+                let failed = settle(
+                    old.clone(),
                     due,
-                    run,
-                }])
-                .await;
+                    self.run_record(now, due, Some(e.to_string())),
+                );
+                let mut batch = Batch::default();
+                let written = index::write(&mut batch, Some(&old), Some(&failed));
+                if let Err(e) = match written {
+                    Ok(()) => self.store.commit(batch).await.map(|_| ()),
+                    Err(e) => Err(e),
+                } {
+                    tracing::error!(id = %old.id, "cannot store the cron job's failed run: {e}");
+                }
             }
         }
     }
@@ -334,70 +317,36 @@ impl Scheduler {
             error,
         }
     }
+}
 
-    /// Record runs and re-arm their jobs in one durable write. A job removed meanwhile
-    /// stays removed; one re-scheduled meanwhile keeps its new time. Returns whether the
-    /// write was stored.
-    async fn commit(&self, pending: Vec<Pending>) -> bool {
-        if pending.is_empty() {
-            return true;
-        }
-        let mut batch = Batch::default();
-        {
-            let _w = self.writes.lock().await;
-            for Pending { id, due, run } in pending {
-                let Ok(Some(old)) = self.get(&id) else {
-                    continue;
-                };
-                let mut job = old.clone();
-                let now = run.at;
-                let failed = run.outcome == Outcome::Failed;
-                // The index keeps milliseconds; stored times may carry nanoseconds.
-                let unchanged =
-                    job.next_run.map(|t| t.timestamp_millis()) == Some(due.timestamp_millis());
-                job.record(run);
-                if unchanged {
-                    let failures = job
-                        .runs
-                        .iter()
-                        .rev()
-                        .take_while(|r| r.outcome == Outcome::Failed)
-                        .count();
-                    if failed && !job.schedule.is_recurring() && failures < MAX_ONE_SHOT_FAILURES {
-                        job.next_run = Some(now + RETRY_AFTER);
-                    } else {
-                        job.rearm(due, now);
-                    }
-                }
-                if let Err(e) = index::write(&mut batch, Some(&old), Some(&job)) {
-                    tracing::error!(id, "cannot encode cron job: {e}");
-                }
-            }
-            if let Err(e) = self.store.commit(batch).await {
-                tracing::error!("cannot store cron job states: {e}");
-                return false;
-            }
-        }
-        self.wake.notify_one();
-        true
+/// `job` after a run that was due at `due`: the run recorded and the job re-armed (a failed
+/// one-shot is retried a few times first).
+fn settle(mut job: Job, due: DateTime<Utc>, run: Run) -> Job {
+    let now = run.at;
+    let failed = run.outcome == Outcome::Failed;
+    job.record(run);
+    let failures = job
+        .runs
+        .iter()
+        .rev()
+        .take_while(|r| r.outcome == Outcome::Failed)
+        .count();
+    if failed && !job.schedule.is_recurring() && failures < MAX_ONE_SHOT_FAILURES {
+        job.next_run = Some(now + RETRY_AFTER);
+    } else {
+        job.rearm(due, now);
     }
+    job
 }
 
 /// What a due job needs.
 enum Prepared {
     /// Removed, disabled or re-scheduled since its due entry was read.
     Stale,
-    /// A missed recurring run with `catch_up = "skip"`.
-    Skipped(Pending),
+    /// A missed recurring run with `catch_up = "skip"`: the run to record.
+    Skipped(Job, DateTime<Utc>, Run),
     Agent(Job, DateTime<Utc>),
     Direct(Job, DateTime<Utc>),
-}
-
-/// A run to record once the round is over.
-struct Pending {
-    id: String,
-    due: DateTime<Utc>,
-    run: Run,
 }
 
 /// The `System(Cron)` message for a job.

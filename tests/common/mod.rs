@@ -2,21 +2,19 @@
 //! gateway in-process or as a child process, and a recording test channel.
 #![allow(dead_code)]
 
+mod channel;
 pub mod platform;
+
+pub use channel::TestChannel;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use switchboard::config::{self, Loaded};
 use switchboard::gateway::{Running, StartOptions};
-use switchboard_channel::{
-    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
-    SendError, SendReceipt,
-};
-use tokio::sync::Notify;
+use switchboard_channel::Channel;
 use tokio_util::sync::CancellationToken;
 
 /// A temp folder holding `config.toml`, `data/` and `workspace/`.
@@ -147,70 +145,6 @@ impl Drop for GatewayProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A channel named `test` that records what it is asked to send.
-#[derive(Default)]
-pub struct TestChannel {
-    pub sent: Mutex<Vec<OutboundMessage>>,
-    notify: Notify,
-}
-
-impl TestChannel {
-    pub fn sent(&self) -> Vec<OutboundMessage> {
-        self.sent.lock().unwrap().clone()
-    }
-
-    /// Wait until at least `n` messages were sent.
-    pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<OutboundMessage> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let notified = self.notify.notified();
-            let sent = self.sent();
-            if sent.len() >= n {
-                return sent;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                panic!(
-                    "only {} of {n} messages sent in time: {:?}",
-                    sent.len(),
-                    sent
-                );
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl Channel for TestChannel {
-    fn name(&self) -> &str {
-        "test"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            edits: false,
-            typing: false,
-            threads: false,
-            max_message_len: 4096,
-            dialect: Dialect::Markdown,
-        }
-    }
-
-    async fn run(&self, _: InboundSender, shutdown: CancellationToken) -> Result<(), ChannelError> {
-        shutdown.cancelled().await;
-        Ok(())
-    }
-
-    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
-        self.sent.lock().unwrap().push(msg.clone());
-        self.notify.notify_waiters();
-        Ok(SendReceipt::default())
-    }
-
-    async fn typing(&self, _: &ChatKey) -> Result<(), SendError> {
-        Ok(())
     }
 }
 

@@ -14,10 +14,7 @@ use switchboard::config::Config;
 use switchboard::metrics::Metrics;
 use switchboard::scheduler::{Clock, Scheduler, TokioClock};
 use switchboard::store::{Applied, Batch, SledStore, Store, StoreError, Tree};
-use switchboard_channel::{
-    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
-    OutboundMessage, SendError, SendReceipt,
-};
+use switchboard_channel::{Channel, ChatKey, InboundMessage, OutboundMessage};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -65,54 +62,9 @@ impl Store for PausedSafeStore {
     }
 }
 
-/// A channel that records what it was asked to send.
-#[derive(Default)]
-pub struct RecordingChannel {
-    pub sent: Mutex<Vec<OutboundMessage>>,
-    count: Counter,
-}
-
-#[async_trait]
-impl Channel for RecordingChannel {
-    fn name(&self) -> &str {
-        "test"
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            edits: false,
-            typing: false,
-            threads: false,
-            max_message_len: 4000,
-            dialect: Dialect::Markdown,
-        }
-    }
-    async fn run(
-        &self,
-        _inbound: InboundSender,
-        shutdown: CancellationToken,
-    ) -> Result<(), ChannelError> {
-        shutdown.cancelled().await;
-        Ok(())
-    }
-    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
-        self.sent.lock().unwrap().push(msg.clone());
-        self.count.bump();
-        Ok(SendReceipt::default())
-    }
-    async fn typing(&self, _key: &ChatKey) -> Result<(), SendError> {
-        Ok(())
-    }
-}
-
-impl RecordingChannel {
-    pub fn sent(&self) -> Vec<OutboundMessage> {
-        self.sent.lock().unwrap().clone()
-    }
-    /// Wait (bounded) until at least `n` messages were sent.
-    pub async fn wait_for(&self, n: usize, within: Duration) -> bool {
-        self.count.wait_for(n, within).await
-    }
-}
+#[path = "../common/channel.rs"]
+mod channel;
+pub use channel::TestChannel;
 
 /// A monotonically growing count one can wait on.
 pub struct Counter(watch::Sender<usize>);
@@ -191,7 +143,7 @@ impl TurnHandler for EchoHandler {
 pub struct Rig {
     pub store: Arc<dyn Store>,
     pub bus: Arc<Bus>,
-    pub channel: Arc<RecordingChannel>,
+    pub channel: Arc<TestChannel>,
     pub handler: Arc<EchoHandler>,
     pub scheduler: Arc<Scheduler>,
     pub metrics: Arc<Metrics>,
@@ -235,7 +187,7 @@ impl Rig {
             }
         };
         let store: Arc<dyn Store> = Arc::new(PausedSafeStore(Arc::new(sled)));
-        let channel = Arc::new(RecordingChannel::default());
+        let channel = Arc::new(TestChannel::default());
         let registry: ChannelRegistry = Arc::new(RwLock::new(HashMap::from([(
             "test".to_string(),
             channel.clone() as Arc<dyn Channel>,

@@ -1,0 +1,77 @@
+//! The recording test channel, shared by the gateway tests (`common`) and the scheduler
+//! tests (`scheduler_support`).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use switchboard_channel::{
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
+    SendError, SendReceipt,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// A channel named `test` that records what it is asked to send.
+#[derive(Default)]
+pub struct TestChannel {
+    pub sent: Mutex<Vec<OutboundMessage>>,
+    notify: Notify,
+}
+
+impl TestChannel {
+    pub fn sent(&self) -> Vec<OutboundMessage> {
+        self.sent.lock().unwrap().clone()
+    }
+
+    /// Wait until at least `n` messages were sent.
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<OutboundMessage> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.notify.notified();
+            let sent = self.sent();
+            if sent.len() >= n {
+                return sent;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!(
+                    "only {} of {n} messages sent in time: {:?}",
+                    sent.len(),
+                    sent
+                );
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Channel for TestChannel {
+    fn name(&self) -> &str {
+        "test"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            edits: false,
+            typing: false,
+            threads: false,
+            max_message_len: 4096,
+            dialect: Dialect::Markdown,
+        }
+    }
+
+    async fn run(&self, _: InboundSender, shutdown: CancellationToken) -> Result<(), ChannelError> {
+        shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+        self.sent.lock().unwrap().push(msg.clone());
+        self.notify.notify_waiters();
+        Ok(SendReceipt::default())
+    }
+
+    async fn typing(&self, _: &ChatKey) -> Result<(), SendError> {
+        Ok(())
+    }
+}
