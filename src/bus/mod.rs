@@ -164,12 +164,14 @@ impl Bus {
         }
         let mut results = vec![Published::Duplicate; msgs.len()];
         let mut fresh: Vec<(usize, InboundMessage)> = Vec::with_capacity(msgs.len());
-        let mut ids = std::collections::HashSet::with_capacity(msgs.len());
+        // Repeats within one call (a single message cannot repeat itself).
+        let mut ids = std::collections::HashSet::new();
+        let several = msgs.len() > 1;
         for (i, mut msg) in msgs.into_iter().enumerate() {
             if msg.truncate_oversized() {
                 tracing::info!(id = %msg.id, "inbound text cut at {} characters", switchboard_channel::MAX_INBOUND_CHARS);
             }
-            if !ids.insert(msg.id.clone())
+            if (several && !ids.insert(msg.id.clone()))
                 || self.store.get(Tree::Seen, &seen_key(&msg.id))?.is_some()
             {
                 self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);

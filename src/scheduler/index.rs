@@ -47,27 +47,32 @@ fn chat_key(key: &ChatKey, id: &str) -> Vec<u8> {
 }
 
 /// Add to `batch` the writes that store `new` in place of `old` (either may be absent:
-/// an added or a removed job), index entries included.
+/// an added or a removed job), index entries included. A job never changes its id or chat,
+/// so an update only moves its due entry.
 pub(crate) fn write(
     batch: &mut Batch,
     old: Option<&Job>,
     new: Option<&Job>,
 ) -> Result<(), StoreError> {
-    if let Some(old) = old {
-        if let Some(due) = armed(old) {
+    let (old_due, new_due) = (old.and_then(armed), new.and_then(armed));
+    if let (Some(old), Some(due)) = (old, old_due) {
+        if new_due != Some(due) {
             batch.delete(Tree::CronIndex, due_key(due, &old.id));
         }
-        batch.delete(Tree::CronIndex, chat_key(&old.key, &old.id));
-        if new.is_none() {
+    }
+    match (old, new) {
+        (Some(old), None) => {
             batch.delete(Tree::Cron, Job::store_key(&old.id));
+            batch.delete(Tree::CronIndex, chat_key(&old.key, &old.id));
         }
+        (None, Some(new)) => batch.put(Tree::CronIndex, chat_key(&new.key, &new.id), Vec::new()),
+        _ => {}
     }
     if let Some(new) = new {
         batch.put(Tree::Cron, Job::store_key(&new.id), new.to_bytes()?);
-        if let Some(due) = armed(new) {
+        if let Some(due) = new_due.filter(|d| old_due != Some(*d)) {
             batch.put(Tree::CronIndex, due_key(due, &new.id), Vec::new());
         }
-        batch.put(Tree::CronIndex, chat_key(&new.key, &new.id), Vec::new());
     }
     Ok(())
 }
@@ -170,5 +175,63 @@ mod tests {
             );
         }
         assert_eq!(parse_due_key(b"k-not-a-due-key"), None);
+    }
+
+    #[test]
+    fn an_update_moves_only_the_due_entry_and_a_removal_clears_both() {
+        use crate::scheduler::{CatchUp, Delivery, Schedule};
+        use crate::store::Op;
+        let due = chrono::DateTime::from_timestamp_millis(1_000).unwrap();
+        let job = Job {
+            id: "j1".into(),
+            key: "test:chat".parse().unwrap(),
+            message: "m".into(),
+            schedule: Schedule::At { at: due },
+            tz: "UTC".into(),
+            created_by: "cli".into(),
+            created_at: due,
+            enabled: true,
+            next_run: Some(due),
+            runs: Vec::new(),
+            delivery: Delivery::Agent,
+            catch_up: CatchUp::Once,
+            model: None,
+        };
+        let index_ops = |b: &Batch| -> Vec<(bool, Vec<u8>)> {
+            b.ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::Put(Tree::CronIndex, k, _) => Some((true, k.clone())),
+                    Op::Delete(Tree::CronIndex, k) => Some((false, k.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let chat = chat_key(&job.key, "j1");
+        let mut add = Batch::default();
+        write(&mut add, None, Some(&job)).unwrap();
+        assert_eq!(
+            index_ops(&add),
+            [(true, chat.clone()), (true, due_key(1_000, "j1"))]
+        );
+
+        let mut later = job.clone();
+        later.next_run = Some(chrono::DateTime::from_timestamp_millis(5_000).unwrap());
+        let mut update = Batch::default();
+        write(&mut update, Some(&job), Some(&later)).unwrap();
+        assert_eq!(
+            index_ops(&update),
+            [(false, due_key(1_000, "j1")), (true, due_key(5_000, "j1"))]
+        );
+        let mut same = Batch::default();
+        write(&mut same, Some(&later), Some(&later)).unwrap();
+        assert_eq!(index_ops(&same), []);
+
+        let mut remove = Batch::default();
+        write(&mut remove, Some(&later), None).unwrap();
+        assert_eq!(
+            index_ops(&remove),
+            [(false, due_key(5_000, "j1")), (false, chat)]
+        );
     }
 }

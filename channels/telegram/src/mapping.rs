@@ -4,7 +4,9 @@
 
 use serde_json::{Value, json};
 use switchboard_channel::{AttachmentKind, ChatKey, InboundMessage, Sender};
-use teloxide::types::{Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind, User};
+use teloxide::types::{
+    FileMeta, Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind, User,
+};
 
 /// Who the bot is, from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,50 +193,48 @@ fn normalise_command(text: &str, me: &BotIdentity) -> String {
 
 /// Photos (largest size), documents, voice notes and audio files of a message.
 fn files_of(m: &Message) -> Vec<FileRef> {
+    let file = |kind, meta: &FileMeta, name: Option<&String>, mime: Option<String>| FileRef {
+        kind,
+        file_id: meta.id.0.clone(),
+        unique_id: meta.unique_id.0.clone(),
+        size: u64::from(meta.size),
+        name: name.cloned(),
+        mime,
+    };
     let mut out = Vec::new();
     if let Some(p) = m.photo().and_then(|sizes| {
         sizes
             .iter()
             .max_by_key(|s| (u64::from(s.width) * u64::from(s.height), s.file.size))
     }) {
-        out.push(FileRef {
-            kind: AttachmentKind::Image,
-            file_id: p.file.id.0.clone(),
-            unique_id: p.file.unique_id.0.clone(),
-            size: u64::from(p.file.size),
-            name: None,
-            mime: Some("image/jpeg".into()),
-        });
+        out.push(file(
+            AttachmentKind::Image,
+            &p.file,
+            None,
+            Some("image/jpeg".into()),
+        ));
     }
     if let Some(d) = m.document() {
-        out.push(FileRef {
-            kind: AttachmentKind::Document,
-            file_id: d.file.id.0.clone(),
-            unique_id: d.file.unique_id.0.clone(),
-            size: u64::from(d.file.size),
-            name: d.file_name.clone(),
-            mime: d.mime_type.as_ref().map(|m| m.to_string()),
-        });
+        let mime = d.mime_type.as_ref().map(|m| m.to_string());
+        out.push(file(
+            AttachmentKind::Document,
+            &d.file,
+            d.file_name.as_ref(),
+            mime,
+        ));
     }
     if let Some(v) = m.voice() {
-        out.push(FileRef {
-            kind: AttachmentKind::Voice,
-            file_id: v.file.id.0.clone(),
-            unique_id: v.file.unique_id.0.clone(),
-            size: u64::from(v.file.size),
-            name: None,
-            mime: v.mime_type.as_ref().map(|m| m.to_string()),
-        });
+        let mime = v.mime_type.as_ref().map(|m| m.to_string());
+        out.push(file(AttachmentKind::Voice, &v.file, None, mime));
     }
     if let Some(a) = m.audio() {
-        out.push(FileRef {
-            kind: AttachmentKind::Audio,
-            file_id: a.file.id.0.clone(),
-            unique_id: a.file.unique_id.0.clone(),
-            size: u64::from(a.file.size),
-            name: a.file_name.clone(),
-            mime: a.mime_type.as_ref().map(|m| m.to_string()),
-        });
+        let mime = a.mime_type.as_ref().map(|m| m.to_string());
+        out.push(file(
+            AttachmentKind::Audio,
+            &a.file,
+            a.file_name.as_ref(),
+            mime,
+        ));
     }
     out
 }
