@@ -120,7 +120,23 @@ impl GatewaySink {
         }
     }
 
-    async fn publish_inner(&self, mut msg: InboundMessage) -> Result<Published, PublishError> {
+    async fn publish_inner(&self, msg: InboundMessage) -> Result<Published, PublishError> {
+        match self.admit(msg).await? {
+            Ok(msg) => self
+                .bus
+                .publish(msg)
+                .await
+                .map_err(|e| PublishError(e.to_string())),
+            Err(dropped) => Ok(dropped),
+        }
+    }
+
+    /// Access control before the bus: the message back when it may go in, or what became
+    /// of it (ignored; an unknown sender was sent a pairing code).
+    async fn admit(
+        &self,
+        mut msg: InboundMessage,
+    ) -> Result<Result<InboundMessage, Published>, PublishError> {
         let err = |e: &dyn std::fmt::Display| PublishError(e.to_string());
         if msg.origin == Origin::User {
             if let Some(access) = self.access_for(&msg.key.channel) {
@@ -135,7 +151,7 @@ impl GatewaySink {
                         self.metrics
                             .ignored
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        return Ok(Published::Ignored);
+                        return Ok(Err(Published::Ignored));
                     }
                     Decision::Pair => {
                         self.metrics
@@ -157,12 +173,12 @@ impl GatewaySink {
                             .send_direct(vec![reply])
                             .await
                             .map_err(|e| err(&e))?;
-                        return Ok(Published::Ignored);
+                        return Ok(Err(Published::Ignored));
                     }
                 }
             }
         }
-        self.bus.publish(msg).await.map_err(|e| err(&e))
+        Ok(Ok(msg))
     }
 }
 
@@ -170,6 +186,36 @@ impl GatewaySink {
 impl InboundSink for GatewaySink {
     async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError> {
         self.publish_inner(msg).await
+    }
+
+    async fn publish_many(
+        &self,
+        msgs: Vec<InboundMessage>,
+    ) -> Result<Vec<Published>, PublishError> {
+        let mut results = Vec::with_capacity(msgs.len());
+        let mut admitted = Vec::new();
+        let mut slots = Vec::new();
+        for msg in msgs {
+            match self.admit(msg).await? {
+                Ok(msg) => {
+                    slots.push(results.len());
+                    results.push(Published::Accepted);
+                    admitted.push(msg);
+                }
+                Err(dropped) => results.push(dropped),
+            }
+        }
+        if !admitted.is_empty() {
+            let published = self
+                .bus
+                .publish_many(admitted)
+                .await
+                .map_err(|e| PublishError(e.to_string()))?;
+            for (slot, p) in slots.into_iter().zip(published) {
+                results[slot] = p;
+            }
+        }
+        Ok(results)
     }
 
     fn set_connected(&self, channel: &str, connected: bool, detail: &str) {

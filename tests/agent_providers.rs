@@ -23,7 +23,8 @@ fn request(model: &str) -> LlmRequest {
             name: "read_file".into(),
             description: "Read a file".into(),
             parameters: json!({"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}),
-        }],
+        }]
+        .into(),
         max_tokens: 512,
     }
 }

@@ -3,6 +3,7 @@
 //! a final answer, the iteration limit, cancellation or an error. Cancellation is checked
 //! between every step; unrun tool calls get a "cancelled" result so the history stays valid.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use super::context;
 use super::steering;
 use super::tool::ToolContext;
 use super::tools::Registry;
-use crate::llm::{ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role};
+use crate::llm::{ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role, ToolSpec};
 use crate::metrics::Metrics;
 
 /// The fixed inputs of one loop.
@@ -86,7 +87,7 @@ pub async fn run(
     sink: Option<DeltaSink>,
     metrics: &Metrics,
 ) -> LoopEnd {
-    let specs = tools.specs();
+    let specs: Arc<[ToolSpec]> = tools.specs().into();
     let budget = context::input_budget(
         spec.context_window,
         spec.max_tokens,

@@ -80,7 +80,8 @@ pub struct LlmRequest {
     /// The small per-request part (date and time, model): sent after the stable prefix.
     pub system_dynamic: String,
     pub messages: Vec<ChatMessage>,
-    pub tools: Vec<ToolSpec>,
+    /// Shared: a turn offers the same tools on every request.
+    pub tools: Arc<[ToolSpec]>,
     pub max_tokens: u32,
 }
 

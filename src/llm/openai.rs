@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::{
     DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse,
@@ -30,11 +31,17 @@ impl OpenAi {
         })
     }
 
-    fn body(req: &LlmRequest, stream: bool) -> Value {
+    /// The request body, serialized straight from `req` (no JSON tree is built);
+    /// `system` is `req.system_text()`.
+    fn body<'a>(req: &'a LlmRequest, system: &'a str, stream: bool) -> Body<'a> {
         let mut messages = Vec::with_capacity(req.messages.len() + 1);
-        let system = req.system_text();
         if !system.is_empty() {
-            messages.push(json!({"role": "system", "content": system}));
+            messages.push(Msg {
+                role: "system",
+                content: Some(system),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+            });
         }
         for m in &req.messages {
             let role = match m.role {
@@ -43,40 +50,105 @@ impl OpenAi {
                 Role::Assistant => "assistant",
                 Role::Tool => "tool",
             };
-            let mut v = json!({"role": role, "content": m.content});
-            if !m.tool_calls.is_empty() {
-                v["tool_calls"] = m
+            messages.push(Msg {
+                role,
+                content: (m.tool_calls.is_empty() || !m.content.is_empty())
+                    .then_some(m.content.as_str()),
+                tool_calls: m
                     .tool_calls
                     .iter()
-                    .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-                    .collect();
-                if m.content.is_empty() {
-                    v["content"] = Value::Null;
-                }
-            }
-            if let Some(id) = &m.tool_call_id {
-                v["tool_call_id"] = json!(id);
-            }
-            messages.push(v);
+                    .map(|c| CallJson {
+                        id: &c.id,
+                        kind: "function",
+                        function: FnJson {
+                            name: &c.name,
+                            arguments: &c.arguments,
+                        },
+                    })
+                    .collect(),
+                tool_call_id: m.tool_call_id.as_deref(),
+            });
         }
-        let mut body = json!({
-            "model": req.model,
-            "messages": messages,
-            "max_tokens": req.max_tokens,
-        });
-        if !req.tools.is_empty() {
-            body["tools"] = req
+        Body {
+            model: &req.model,
+            messages,
+            max_tokens: req.max_tokens,
+            tools: req
                 .tools
                 .iter()
-                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
-                .collect();
+                .map(|t| ToolJson {
+                    kind: "function",
+                    function: ToolFn {
+                        name: &t.name,
+                        description: &t.description,
+                        parameters: &t.parameters,
+                    },
+                })
+                .collect(),
+            stream: stream.then_some(true),
+            stream_options: stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
         }
-        if stream {
-            body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
-        }
-        body
     }
+}
+
+/// `POST /chat/completions` body.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<Msg<'a>>,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<ToolJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct Msg<'a> {
+    role: &'static str,
+    /// `null` for an assistant message that only calls tools.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<CallJson<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct CallJson<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FnJson<'a>,
+}
+
+#[derive(Serialize)]
+struct FnJson<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct ToolJson<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ToolFn<'a>,
+}
+
+#[derive(Serialize)]
+struct ToolFn<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }
 
 /// The HTTP client of a provider: `timeout` for a whole request, connections kept for reuse.
@@ -156,10 +228,11 @@ impl LlmProvider for OpenAi {
         on_delta: Option<DeltaSink>,
     ) -> Result<LlmResponse, LlmError> {
         let stream = on_delta.is_some();
+        let system = req.system_text();
         let mut rb = self
             .http
             .post(format!("{}/chat/completions", self.base_url))
-            .json(&Self::body(req, stream));
+            .json(&Self::body(req, &system, stream));
         if let Some(key) = &self.api_key {
             rb = rb.bearer_auth(key);
         }
@@ -299,4 +372,63 @@ fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
             .unwrap_or_default()
             .to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::llm::{ChatMessage, ToolSpec};
+
+    #[test]
+    fn body_has_the_chat_completions_shape() {
+        let mut calls = ChatMessage::new(Role::Assistant, "");
+        calls.tool_calls.push(ToolCall {
+            id: "c1".into(),
+            name: "read_file".into(),
+            arguments: r#"{"path":"a"}"#.into(),
+        });
+        let mut result = ChatMessage::new(Role::Tool, "contents");
+        result.tool_call_id = Some("c1".into());
+        let req = LlmRequest {
+            model: "m".into(),
+            system: "sys".into(),
+            system_dynamic: "now".into(),
+            messages: vec![ChatMessage::new(Role::User, "hi"), calls, result],
+            tools: vec![ToolSpec {
+                name: "read_file".into(),
+                description: "Read".into(),
+                parameters: json!({"type": "object"}),
+            }]
+            .into(),
+            max_tokens: 7,
+        };
+        let system = req.system_text();
+        let streamed = serde_json::to_value(OpenAi::body(&req, &system, true)).unwrap();
+        assert_eq!(
+            streamed,
+            json!({
+                "model": "m",
+                "max_tokens": 7,
+                "messages": [
+                    {"role": "system", "content": "sys\n\nnow"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "c1", "type": "function",
+                         "function": {"name": "read_file", "arguments": "{\"path\":\"a\"}"}}
+                    ]},
+                    {"role": "tool", "content": "contents", "tool_call_id": "c1"}
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "read_file", "description": "Read", "parameters": {"type": "object"}
+                }}],
+                "stream": true,
+                "stream_options": {"include_usage": true}
+            })
+        );
+        let plain = serde_json::to_value(OpenAi::body(&req, "", false)).unwrap();
+        assert!(plain.get("stream").is_none() && plain.get("stream_options").is_none());
+        assert_eq!(plain["messages"][0]["role"], "user");
+    }
 }

@@ -89,6 +89,21 @@ pub trait InboundSink: Send + Sync + 'static {
     /// returns `Ok`, the adapter may acknowledge the message upstream.
     async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError>;
 
+    /// [`InboundSink::publish`] for several messages in order (one poll's worth), which the
+    /// gateway stores with one durable write: one result per message. On `Err` none of
+    /// them may be acknowledged; the ones already stored are dropped as duplicates when
+    /// the platform redelivers them.
+    async fn publish_many(
+        &self,
+        msgs: Vec<InboundMessage>,
+    ) -> Result<Vec<Published>, PublishError> {
+        let mut results = Vec::with_capacity(msgs.len());
+        for msg in msgs {
+            results.push(self.publish(msg).await?);
+        }
+        Ok(results)
+    }
+
     /// The adapter's connection went up or down; `detail` says why, for `/readyz`.
     fn set_connected(&self, channel: &str, connected: bool, detail: &str);
 }
@@ -104,6 +119,13 @@ impl InboundSender {
 
     pub async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError> {
         self.0.publish(msg).await
+    }
+
+    pub async fn publish_many(
+        &self,
+        msgs: Vec<InboundMessage>,
+    ) -> Result<Vec<Published>, PublishError> {
+        self.0.publish_many(msgs).await
     }
 
     pub fn set_connected(&self, channel: &str, connected: bool, detail: &str) {

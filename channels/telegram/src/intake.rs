@@ -2,13 +2,13 @@
 //!
 //! The loop is our own rather than teloxide's dispatcher, because an update may be
 //! confirmed (by sending `offset = update_id + 1` on the next call) only after
-//! `InboundSender::publish` returned `Ok` for it. A failed publish leaves the update
-//! unconfirmed, so Telegram redelivers it. A watchdog abandons a `getUpdates` call that
+//! `InboundSender::publish_many` returned `Ok` for its poll (one durable write per poll).
+//! A failed publish leaves the poll's updates unconfirmed, so Telegram redelivers them. A watchdog abandons a `getUpdates` call that
 //! hangs past its timeout; 409 conflicts and network errors back off with jitter.
 
 use std::time::Duration;
 
-use switchboard_channel::{ChannelError, InboundSender, PublishError};
+use switchboard_channel::{ChannelError, InboundMessage, InboundSender};
 use teloxide::Bot;
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::{Request, Requester};
@@ -151,25 +151,35 @@ impl Intake<'_> {
                         self.inbound.set_connected(CHANNEL, true, "polling");
                         connected = true;
                     }
-                    let mut failed = false;
+                    // One durable write for the whole poll, then one confirmation.
+                    let mut batch = Vec::new();
+                    let mut last = None;
                     for update in updates {
                         let id = i64::from(update.id.0);
                         if id < offset {
                             continue;
                         }
-                        if let Err(e) = self.handle(update, me).await {
-                            tracing::warn!(update_id = id, error = %e,
-                                "telegram: publish failed; the update stays unconfirmed and will be redelivered");
-                            failed = true;
-                            break;
-                        }
-                        offset = id + 1;
+                        batch.extend(self.prepare(update, me).await);
+                        last = Some(id);
                         if self.shutdown.is_cancelled() {
                             break;
                         }
                     }
-                    if failed && !self.pause(backoff.next_delay()).await {
-                        break;
+                    let Some(last) = last else { continue };
+                    let published = if batch.is_empty() {
+                        Ok(())
+                    } else {
+                        self.inbound.publish_many(batch).await.map(|_| ())
+                    };
+                    match published {
+                        Ok(()) => offset = last + 1,
+                        Err(e) => {
+                            tracing::warn!(first_update_id = offset, last_update_id = last, error = %e,
+                                "telegram: publish failed; the updates stay unconfirmed and will be redelivered");
+                            if !self.pause(backoff.next_delay()).await {
+                                break;
+                            }
+                        }
                     }
                     continue;
                 }
@@ -228,14 +238,15 @@ impl Intake<'_> {
         Ok(())
     }
 
-    /// Map, download files, publish. Skipped updates count as handled.
-    async fn handle(&self, update: Update, me: &BotIdentity) -> Result<(), PublishError> {
+    /// Map and download files: the message to publish, or `None` for an update that is
+    /// not a new message (it counts as handled).
+    async fn prepare(&self, update: Update, me: &BotIdentity) -> Option<InboundMessage> {
         let Some(mapped) = map_update(&update, me) else {
             tracing::debug!(
                 update_id = update.id.0,
                 "telegram: skipping an update that is not a new message"
             );
-            return Ok(());
+            return None;
         };
         let mut msg = mapped.msg;
         for file in &mapped.files {
@@ -261,6 +272,6 @@ impl Intake<'_> {
                 }
             }
         }
-        self.inbound.publish(msg).await.map(|_| ())
+        Some(msg)
     }
 }
