@@ -98,8 +98,7 @@ pub async fn code_for(
         k("sender", channel, &sender.id),
         code.clone(),
     );
-    store.apply(b)?;
-    store.flush().await?;
+    store.commit(b).await?;
     Ok(code)
 }
 
@@ -135,8 +134,7 @@ pub async fn approve(
         k("approved", channel, &req.sender_id),
         serde_json::to_vec(&approved).unwrap_or_default(),
     );
-    store.apply(b)?;
-    store.flush().await?;
+    store.commit(b).await?;
     Ok(approved)
 }
 
@@ -160,8 +158,7 @@ pub async fn revoke(
     })?;
     let mut b = Batch::default();
     b.delete(Tree::Pairing, k("approved", channel, &a.sender_id));
-    store.apply(b)?;
-    store.flush().await?;
+    store.commit(b).await?;
     Ok(a)
 }
 

@@ -381,8 +381,7 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
                 Target::Local(store) => {
                     let mut b = Batch::default();
                     Session::reset(&key, &mut b);
-                    store.apply(b)?;
-                    store.flush().await?;
+                    store.commit(b).await?;
                 }
             }
             println!("reset {key}");

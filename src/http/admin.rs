@@ -177,11 +177,8 @@ async fn session_reset(State(s): State<AdminState>, Query(q): Query<KeyQuery>) -
     let mut b = Batch::default();
     Session::reset(&key, &mut b);
     let store = &s.shared.store;
-    match store.apply(b) {
-        Ok(_) => match store.flush().await {
-            Ok(()) => axum::Json(json!({"reset": key.to_string()})).into_response(),
-            Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
-        },
+    match store.commit(b).await {
+        Ok(_) => axum::Json(json!({"reset": key.to_string()})).into_response(),
         Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }

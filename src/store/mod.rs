@@ -1,6 +1,7 @@
 //! The durable store: named trees of bytes behind a small trait, so a networked store can
 //! replace the embedded one. It knows bytes and keys, not what they mean.
 
+mod journal;
 mod sled_store;
 
 use async_trait::async_trait;
@@ -55,13 +56,13 @@ impl Tree {
 }
 
 /// One write in a [`Batch`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     Put(Tree, Vec<u8>, Vec<u8>),
     Delete(Tree, Vec<u8>),
 }
 
-/// Writes applied atomically, all or none.
+/// Writes applied together: all or none once committed (see [`Store::commit`]).
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     pub ops: Vec<Op>,
@@ -126,15 +127,17 @@ pub trait Store: Send + Sync + 'static {
         prefix: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError>;
-    /// Apply a batch atomically (not yet durable: see [`Store::flush`]).
+    /// Apply a batch now, so readers see it when this returns; durable only after the
+    /// next [`Store::flush`], and a crash before that may keep any part of it. For writes
+    /// no concurrent commit touches (delivered marks, dedup marks, pruning).
     fn apply(&self, batch: Batch) -> Result<Applied, StoreError>;
     /// A number larger than any this store handed out before, across restarts.
     fn next_id(&self) -> Result<u64, StoreError>;
     /// Make every write applied so far durable. Concurrent callers share one fsync
     /// (group commit).
     async fn flush(&self) -> Result<(), StoreError>;
-    /// Apply a batch atomically and make it durable before returning (a conflict writes
-    /// nothing). Concurrent commits share one fsync.
+    /// Apply a batch and make it durable before returning: after a crash all of it is
+    /// there or none (a conflict writes nothing). Concurrent commits share one fsync.
     async fn commit(&self, batch: Batch) -> Result<Applied, StoreError> {
         let applied = self.apply(batch)?;
         self.flush().await?;
