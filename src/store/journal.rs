@@ -153,10 +153,17 @@ impl Active {
         })
     }
 
-    /// Append `bytes` and wait until they are on disk.
+    /// Append `bytes` and wait until they are on disk. On failure the file is cut back,
+    /// so a part written is not followed by later records (a replay stops at a torn one).
     pub fn append(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        self.file.write_all(bytes).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        let done = self
+            .file
+            .write_all(bytes)
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = done {
+            let _ = self.file.set_len(self.written);
+            return Err(io(e));
+        }
         self.written += bytes.len() as u64;
         Ok(())
     }
