@@ -18,6 +18,15 @@ fn job(spec: ScheduleSpec, message: &str) -> NewJob {
     NewJob::new(key(), message, spec, "cli")
 }
 
+/// The ids of the test chat's jobs, as `/reminders` lists them.
+fn listed_ids(rig: &Rig) -> Vec<String> {
+    rig.scheduler
+        .list(Some(&key()))
+        .into_iter()
+        .map(|j| j.id)
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_reminder_fires_at_its_time_as_system_cron_and_the_reply_reaches_the_chat() {
     let dir = tempfile::tempdir().unwrap();
@@ -207,12 +216,7 @@ async fn jobs_survive_a_restart_and_fire_after_it() {
 
     // Back 30 minutes later, before anything was due.
     let rig = Rig::start(dir.path(), at("2026-03-01T12:30:00Z"), Config::default()).await;
-    let listed: Vec<String> = rig
-        .scheduler
-        .list(Some(&key()))
-        .into_iter()
-        .map(|j| j.id)
-        .collect();
+    let listed = listed_ids(&rig);
     assert_eq!(listed, [c.id.clone(), j.id.clone()], "soonest first");
     // 13:00 hourly, then at 14:00 both jobs (in either order).
     assert!(rig.handler.wait_for(3, 2 * HOUR).await);
@@ -397,26 +401,16 @@ async fn jobs_stored_before_the_indexes_existed_are_indexed_at_start_and_fire() 
             catch_up: CatchUp::Once,
             model: None,
         };
-        store
-            .apply({
-                let mut b = switchboard::store::Batch::default();
-                b.put(Tree::Cron, Job::store_key(&old.id), old.to_bytes().unwrap());
-                b
-            })
-            .unwrap();
-        store.flush().await.unwrap();
+        let mut b = switchboard::store::Batch::default();
+        b.put(Tree::Cron, Job::store_key(&old.id), old.to_bytes().unwrap());
+        store.commit(b).await.unwrap();
     }
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
     assert!(rig.handler.wait_for(1, HOUR).await, "the old job fires");
     let (msg, seen) = rig.handler.received().remove(0);
     assert_eq!(msg.text, "from an older store");
     assert_eq!(seen, due);
-    let listed: Vec<String> = rig
-        .scheduler
-        .list(Some(&key()))
-        .into_iter()
-        .map(|j| j.id)
-        .collect();
+    let listed = listed_ids(&rig);
     assert_eq!(listed, ["jold"], "found through the chat index");
     assert!(!rig.handler.wait_for(2, 2 * HOUR).await, "and only once");
     rig.stop().await;

@@ -1,6 +1,7 @@
 //! The durable store: named trees of bytes behind a small trait, so a networked store can
 //! replace the embedded one. It knows bytes and keys, not what they mean.
 
+mod group_commit;
 mod journal;
 mod sled_store;
 

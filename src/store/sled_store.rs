@@ -21,20 +21,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
+use super::group_commit::{Work, checkpointer, writer};
 use super::journal::{self, Active};
 use super::{Applied, Batch, Entries, Op, Store, StoreError, Tree};
-
-/// Most writes the writer takes into one group.
-const MAX_GROUP: usize = 1024;
-/// A new journal file (and a sled flush) after this many bytes...
-const ROTATE_BYTES: u64 = 16 * 1024 * 1024;
-/// ...or after this long with anything written.
-const ROTATE_EVERY: Duration = Duration::from_secs(2);
 
 /// sled-backed [`Store`].
 pub struct SledStore {
@@ -47,19 +40,11 @@ pub struct SledStore {
 }
 
 /// What the runtime threads and the writer share.
-struct Shared {
-    trees: Vec<sled::Tree>,
+pub(super) struct Shared {
+    pub(super) trees: Vec<sled::Tree>,
     /// Journal records of direct writes, already in sled, waiting for the writer. Held
     /// while such a write is applied, so the journal's order is sled's order.
-    pending: Mutex<Vec<u8>>,
-}
-
-/// Where a commit's outcome goes.
-type Reply = oneshot::Sender<Result<Applied, StoreError>>;
-
-enum Work {
-    Commit(Batch, Reply),
-    Flush(oneshot::Sender<Result<(), StoreError>>),
+    pub(super) pending: Mutex<Vec<u8>>,
 }
 
 impl SledStore {
@@ -136,11 +121,11 @@ fn tree_of(trees: &[sled::Tree], t: Tree) -> &sled::Tree {
     &trees[Tree::ALL.iter().position(|x| *x == t).unwrap_or(0)]
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
+pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-fn lock(m: &Mutex<Vec<u8>>) -> MutexGuard<'_, Vec<u8>> {
+pub(super) fn lock(m: &Mutex<Vec<u8>>) -> MutexGuard<'_, Vec<u8>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -163,8 +148,8 @@ fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result<Active, St
     }
     if replayed > 0 {
         tracing::info!(batches = replayed, "store: applied the journal again");
+        db.flush().map_err(backend)?;
     }
-    db.flush().map_err(backend)?;
     let seq = match files.last() {
         Some((seq, _)) => {
             journal::remove_through(dir, *seq)?;
@@ -176,7 +161,7 @@ fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result<Active, St
 }
 
 /// Apply `ops` to sled, one key at a time.
-fn write(trees: &[sled::Tree], ops: &[Op]) -> Result<(), StoreError> {
+pub(super) fn write(trees: &[sled::Tree], ops: &[Op]) -> Result<(), StoreError> {
     for op in ops {
         match op {
             Op::Put(t, k, v) => tree_of(trees, *t).insert(k.as_slice(), v.as_slice()),
@@ -188,18 +173,31 @@ fn write(trees: &[sled::Tree], ops: &[Op]) -> Result<(), StoreError> {
 }
 
 impl Shared {
-    fn present(&self, t: Tree, k: &[u8]) -> Result<bool, StoreError> {
-        tree_of(&self.trees, t).contains_key(k).map_err(backend)
+    /// Whether every key of `absent` is absent: as `written` (a group's writes so far)
+    /// leaves it, else as sled has it.
+    pub(super) fn all_absent(
+        &self,
+        absent: &[(Tree, Vec<u8>)],
+        written: &HashMap<(Tree, Vec<u8>), bool>,
+    ) -> Result<bool, StoreError> {
+        for (t, k) in absent {
+            let present = match written.get(&(*t, k.clone())) {
+                Some(p) => *p,
+                None => tree_of(&self.trees, *t).contains_key(k).map_err(backend)?,
+            };
+            if present {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// A direct (not yet durable) write: into sled now, into the journal with the next
     /// group.
     fn apply(&self, batch: &Batch) -> Result<Applied, StoreError> {
         let mut pending = lock(&self.pending);
-        for (t, k) in &batch.absent {
-            if self.present(*t, k)? {
-                return Ok(Applied::Conflict);
-            }
+        if !self.all_absent(&batch.absent, &HashMap::new())? {
+            return Ok(Applied::Conflict);
         }
         if batch.ops.is_empty() {
             return Ok(Applied::Done);
@@ -207,144 +205,6 @@ impl Shared {
         write(&self.trees, &batch.ops)?;
         journal::encode(&mut pending, &batch.ops);
         Ok(Applied::Done)
-    }
-}
-
-/// The commits of one group, checked and encoded, waiting for the `fdatasync`.
-#[derive(Default)]
-struct Group {
-    /// Keys this group writes: whether each is present after it.
-    overlay: HashMap<(Tree, Vec<u8>), bool>,
-    accepted: Vec<(Batch, Reply)>,
-    refused: Vec<(Result<Applied, StoreError>, Reply)>,
-}
-
-impl Group {
-    /// Check `batch`'s preconditions against sled and the commits before it in the group;
-    /// if they hold, encode it into `bytes`.
-    fn add(&mut self, shared: &Shared, batch: Batch, reply: Reply, bytes: &mut Vec<u8>) {
-        let mut clear = Ok(true);
-        for (t, k) in &batch.absent {
-            let present = match self.overlay.get(&(*t, k.clone())) {
-                Some(p) => Ok(*p),
-                None => shared.present(*t, k),
-            };
-            match present {
-                Ok(false) => {}
-                Ok(true) => {
-                    clear = Ok(false);
-                    break;
-                }
-                Err(e) => {
-                    clear = Err(e);
-                    break;
-                }
-            }
-        }
-        match clear {
-            Ok(true) if !batch.ops.is_empty() => {
-                for op in &batch.ops {
-                    let (t, k, present) = match op {
-                        Op::Put(t, k, _) => (t, k, true),
-                        Op::Delete(t, k) => (t, k, false),
-                    };
-                    self.overlay.insert((*t, k.clone()), present);
-                }
-                journal::encode(bytes, &batch.ops);
-                self.accepted.push((batch, reply));
-            }
-            Ok(true) => self.refused.push((Ok(Applied::Done), reply)),
-            Ok(false) => self.refused.push((Ok(Applied::Conflict), reply)),
-            Err(e) => self.refused.push((Err(e), reply)),
-        }
-    }
-}
-
-/// The writer thread: take the queued commits (up to [`MAX_GROUP`]), append them and the
-/// pending direct writes to the journal with one `fdatasync`, apply the commits to sled,
-/// answer all; now and then start a new journal file and hand the old one to the
-/// checkpointer.
-fn writer(
-    shared: &Shared,
-    mut active: Active,
-    rx: &mpsc::Receiver<Work>,
-    checkpoints: &mpsc::Sender<u64>,
-) {
-    let (mut bytes, mut commits) = (Vec::new(), Vec::new());
-    let mut rotated = Instant::now();
-    while let Ok(first) = rx.recv() {
-        let mut group = Group::default();
-        let mut flushes = Vec::new();
-        let mut next = Some(first);
-        let mut taken = 0;
-        while let Some(work) = next {
-            match work {
-                Work::Commit(batch, reply) => group.add(shared, batch, reply, &mut commits),
-                Work::Flush(reply) => flushes.push(reply),
-            }
-            taken += 1;
-            next = if taken < MAX_GROUP {
-                rx.try_recv().ok()
-            } else {
-                None
-            };
-        }
-        // The direct writes made before this point (so before every flush request just
-        // taken) go first: they are in sled already, and the group's commits are not.
-        std::mem::swap(&mut *lock(&shared.pending), &mut bytes);
-        bytes.extend_from_slice(&commits);
-        commits.clear();
-        let durable = if bytes.is_empty() {
-            Ok(())
-        } else {
-            active.append(&bytes).map_err(|e| e.to_string())
-        };
-        bytes.clear();
-        if bytes.capacity() > 1024 * 1024 {
-            bytes = Vec::new();
-            commits = Vec::new();
-        }
-        let fail = |e: &String| StoreError::Backend(format!("journal write failed: {e}"));
-        for (batch, reply) in group.accepted {
-            let result = match &durable {
-                Ok(()) => write(&shared.trees, &batch.ops).map(|()| Applied::Done),
-                Err(e) => Err(fail(e)),
-            };
-            let _ = reply.send(result);
-        }
-        for (result, reply) in group.refused {
-            let _ = reply.send(result);
-        }
-        for reply in flushes {
-            let _ = reply.send(durable.as_ref().map(|_| ()).map_err(fail));
-        }
-        if active.written >= ROTATE_BYTES
-            || (active.written > 0 && rotated.elapsed() >= ROTATE_EVERY)
-        {
-            match active.rotate() {
-                Ok(closed) => {
-                    rotated = Instant::now();
-                    let _ = checkpoints.send(closed);
-                }
-                Err(e) => tracing::warn!(error = %e, "store: cannot start a new journal file"),
-            }
-        }
-    }
-}
-
-/// The checkpoint thread: flush sled, then delete the journal files it made redundant.
-fn checkpointer(db: &sled::Db, dir: &Path, rx: &mpsc::Receiver<u64>) {
-    while let Ok(mut closed) = rx.recv() {
-        while let Ok(later) = rx.try_recv() {
-            closed = later;
-        }
-        let done = db
-            .flush()
-            .map_err(backend)
-            .and_then(|_| journal::remove_through(dir, closed));
-        if let Err(e) = done {
-            tracing::warn!(error = %e, "store: checkpoint failed; the journal is kept");
-        }
     }
 }
 

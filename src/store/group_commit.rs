@@ -1,0 +1,150 @@
+//! Group commit: the writer thread takes the queued commits, checks their preconditions,
+//! appends them (and the pending direct writes) to the journal with one `fdatasync`,
+//! applies them to sled and answers them; now and then it starts a new journal file and
+//! hands the old one to the checkpoint thread, which flushes sled and deletes it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::journal::{self, Active};
+use super::sled_store::{Shared, backend, lock, write};
+use super::{Applied, Batch, Op, StoreError, Tree};
+
+/// Most writes the writer takes into one group.
+const MAX_GROUP: usize = 1024;
+/// A new journal file (and a sled flush) after this many bytes...
+const ROTATE_BYTES: u64 = 16 * 1024 * 1024;
+/// ...or after this long with anything written.
+const ROTATE_EVERY: Duration = Duration::from_secs(2);
+
+/// Where a commit's outcome goes.
+type Reply = oneshot::Sender<Result<Applied, StoreError>>;
+
+pub(super) enum Work {
+    Commit(Batch, Reply),
+    Flush(oneshot::Sender<Result<(), StoreError>>),
+}
+
+/// The commits of one group, checked and encoded, waiting for the `fdatasync`.
+#[derive(Default)]
+struct Group {
+    /// Keys this group writes: whether each is present after it.
+    overlay: HashMap<(Tree, Vec<u8>), bool>,
+    accepted: Vec<(Batch, Reply)>,
+    refused: Vec<(Result<Applied, StoreError>, Reply)>,
+}
+
+impl Group {
+    /// Check `batch`'s preconditions against sled and the commits before it in the group;
+    /// if they hold, encode it into `bytes`.
+    fn add(&mut self, shared: &Shared, batch: Batch, reply: Reply, bytes: &mut Vec<u8>) {
+        match shared.all_absent(&batch.absent, &self.overlay) {
+            Ok(true) if !batch.ops.is_empty() => {
+                for op in &batch.ops {
+                    let (t, k, present) = match op {
+                        Op::Put(t, k, _) => (t, k, true),
+                        Op::Delete(t, k) => (t, k, false),
+                    };
+                    self.overlay.insert((*t, k.clone()), present);
+                }
+                journal::encode(bytes, &batch.ops);
+                self.accepted.push((batch, reply));
+            }
+            Ok(true) => self.refused.push((Ok(Applied::Done), reply)),
+            Ok(false) => self.refused.push((Ok(Applied::Conflict), reply)),
+            Err(e) => self.refused.push((Err(e), reply)),
+        }
+    }
+}
+
+/// The writer thread: take the queued commits (up to [`MAX_GROUP`]), append them and the
+/// pending direct writes to the journal with one `fdatasync`, apply the commits to sled,
+/// answer all; now and then start a new journal file and hand the old one to the
+/// checkpointer.
+pub(super) fn writer(
+    shared: &Shared,
+    mut active: Active,
+    rx: &mpsc::Receiver<Work>,
+    checkpoints: &mpsc::Sender<u64>,
+) {
+    let (mut bytes, mut commits) = (Vec::new(), Vec::new());
+    let mut rotated = Instant::now();
+    while let Ok(first) = rx.recv() {
+        let mut group = Group::default();
+        let mut flushes = Vec::new();
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(work) = next {
+            match work {
+                Work::Commit(batch, reply) => group.add(shared, batch, reply, &mut commits),
+                Work::Flush(reply) => flushes.push(reply),
+            }
+            taken += 1;
+            next = if taken < MAX_GROUP {
+                rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        // The direct writes made before this point (so before every flush request just
+        // taken) go first: they are in sled already, and the group's commits are not.
+        std::mem::swap(&mut *lock(&shared.pending), &mut bytes);
+        bytes.extend_from_slice(&commits);
+        commits.clear();
+        let durable = if bytes.is_empty() {
+            Ok(())
+        } else {
+            active.append(&bytes).map_err(|e| e.to_string())
+        };
+        bytes.clear();
+        if bytes.capacity() > 1024 * 1024 {
+            bytes = Vec::new();
+            commits = Vec::new();
+        }
+        let fail = |e: &String| StoreError::Backend(format!("journal write failed: {e}"));
+        for (batch, reply) in group.accepted {
+            let result = match &durable {
+                Ok(()) => write(&shared.trees, &batch.ops).map(|()| Applied::Done),
+                Err(e) => Err(fail(e)),
+            };
+            let _ = reply.send(result);
+        }
+        for (result, reply) in group.refused {
+            let _ = reply.send(result);
+        }
+        for reply in flushes {
+            let _ = reply.send(durable.as_ref().map(|_| ()).map_err(fail));
+        }
+        if active.written >= ROTATE_BYTES
+            || (active.written > 0 && rotated.elapsed() >= ROTATE_EVERY)
+        {
+            match active.rotate() {
+                Ok(closed) => {
+                    rotated = Instant::now();
+                    let _ = checkpoints.send(closed);
+                }
+                Err(e) => tracing::warn!(error = %e, "store: cannot start a new journal file"),
+            }
+        }
+    }
+}
+
+/// The checkpoint thread: flush sled, then delete the journal files it made redundant.
+pub(super) fn checkpointer(db: &sled::Db, dir: &Path, rx: &mpsc::Receiver<u64>) {
+    while let Ok(mut closed) = rx.recv() {
+        while let Ok(later) = rx.try_recv() {
+            closed = later;
+        }
+        let done = db
+            .flush()
+            .map_err(backend)
+            .and_then(|_| journal::remove_through(dir, closed));
+        if let Err(e) = done {
+            tracing::warn!(error = %e, "store: checkpoint failed; the journal is kept");
+        }
+    }
+}
