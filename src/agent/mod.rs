@@ -70,7 +70,13 @@ pub struct Agent {
     /// Skills as last loaded, reloaded when older than [`SKILLS_TTL`] (so edits to SKILL.md
     /// files show up quickly without rescanning folders on every turn).
     skills_cache: std::sync::Mutex<Option<(std::time::Instant, Arc<Vec<skills::Skill>>)>>,
+    /// The turn registry built for the skills list it holds; rebuilt when the skills are
+    /// reloaded, so tools, HTTP clients and schemas are not rebuilt on every turn.
+    registry_cache: std::sync::Mutex<Option<RegistryFor>>,
 }
+
+/// A turn registry and the skills list it was built for.
+type RegistryFor = (Arc<Vec<skills::Skill>>, Arc<Registry>);
 
 /// How long a loaded skills list is reused.
 const SKILLS_TTL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -96,6 +102,7 @@ impl Agent {
             subagents: OnceLock::new(),
             fetch_allow: None,
             skills_cache: std::sync::Mutex::new(None),
+            registry_cache: std::sync::Mutex::new(None),
         }
     }
 
@@ -107,7 +114,12 @@ impl Agent {
                 return skills.clone();
             }
         }
-        let skills = Arc::new(skills::load_skills(&self.config));
+        let loaded = skills::load_skills(&self.config);
+        // Unchanged skills keep their `Arc`, and with it the turn registry built for them.
+        let skills = match cache.take() {
+            Some((_, old)) if *old == loaded => old,
+            _ => Arc::new(loaded),
+        };
         *cache = Some((std::time::Instant::now(), skills.clone()));
         skills
     }
@@ -180,8 +192,23 @@ impl Agent {
         Registry::new(list)
     }
 
-    /// Every tool of a turn.
-    fn registry(&self, skills: &Arc<Vec<skills::Skill>>) -> Registry {
+    /// Every tool of a turn, reused while the skills list is the same.
+    fn registry(&self, skills: &Arc<Vec<skills::Skill>>) -> Arc<Registry> {
+        let mut cache = self
+            .registry_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some((for_skills, reg)) = cache.as_ref() {
+            if Arc::ptr_eq(for_skills, skills) {
+                return reg.clone();
+            }
+        }
+        let reg = Arc::new(self.build_registry(skills));
+        *cache = Some((skills.clone(), reg.clone()));
+        reg
+    }
+
+    fn build_registry(&self, skills: &Arc<Vec<skills::Skill>>) -> Registry {
         let mut reg = self.base_registry(skills);
         if let Some(publisher) = &self.publisher {
             reg.add(Arc::new(tools::message::Message::new(publisher.clone())));

@@ -87,7 +87,7 @@ pub async fn run(
     sink: Option<DeltaSink>,
     metrics: &Metrics,
 ) -> LoopEnd {
-    let specs: Arc<[ToolSpec]> = tools.specs().into();
+    let specs: Arc<[ToolSpec]> = tools.specs();
     let budget = context::input_budget(
         spec.context_window,
         spec.max_tokens,

@@ -18,7 +18,7 @@ pub enum SkillSource {
 }
 
 /// A loaded skill.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Skill {
     pub name: String,
     pub description: String,

@@ -312,6 +312,10 @@ impl Bus {
             Some(q) => q,
             None => {
                 slots.remove(key);
+                if slots.is_empty() {
+                    // A burst of chats leaves a large table behind; give it back when idle.
+                    slots.shrink_to(64);
+                }
                 return None;
             }
         };

@@ -26,7 +26,7 @@ pub mod schema;
 pub mod spawn;
 pub mod web;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -41,6 +41,8 @@ pub const MAX_RESULT_CHARS: usize = 16_000;
 #[derive(Clone, Default)]
 pub struct Registry {
     tools: Vec<Arc<dyn Tool>>,
+    /// What the model is offered, built once per registry (schemas are JSON trees).
+    specs: OnceLock<Arc<[ToolSpec]>>,
 }
 
 impl Registry {
@@ -57,6 +59,7 @@ impl Registry {
     pub fn add(&mut self, tool: Arc<dyn Tool>) {
         self.tools.retain(|t| t.name() != tool.name());
         self.tools.push(tool);
+        self.specs = OnceLock::new();
     }
 
     /// Only the tools a read-only sub-agent may use.
@@ -68,6 +71,7 @@ impl Registry {
                 .filter(|t| t.read_only())
                 .cloned()
                 .collect(),
+            specs: OnceLock::new(),
         }
     }
 
@@ -86,16 +90,20 @@ impl Registry {
         self.tools.iter().map(|t| t.name()).collect()
     }
 
-    /// What the model is offered.
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools
-            .iter()
-            .map(|t| ToolSpec {
-                name: t.name().to_string(),
-                description: t.description().to_string(),
-                parameters: t.schema(),
+    /// What the model is offered (built on first use, then shared).
+    pub fn specs(&self) -> Arc<[ToolSpec]> {
+        self.specs
+            .get_or_init(|| {
+                self.tools
+                    .iter()
+                    .map(|t| ToolSpec {
+                        name: t.name().to_string(),
+                        description: t.description().to_string(),
+                        parameters: t.schema(),
+                    })
+                    .collect()
             })
-            .collect()
+            .clone()
     }
 
     /// Run one call: parse, validate, run with a timeout. Errors become the result text.
@@ -138,4 +146,34 @@ pub fn cap(mut s: String, max: usize) -> String {
         s.push_str(&format!("\n[… cut: {total} characters in all]"));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(specs: &[ToolSpec]) -> Vec<&str> {
+        specs.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    #[test]
+    fn specs_are_built_once_and_rebuilt_after_a_change() {
+        let mut reg = Registry::new(vec![Arc::new(files::ReadFile)]);
+        let first = reg.specs();
+        assert!(
+            Arc::ptr_eq(&first, &reg.specs()),
+            "the second call reuses the first"
+        );
+        assert_eq!(names(&first), ["read_file"]);
+        assert_eq!(first[0].parameters, files::ReadFile.schema());
+
+        reg.add(Arc::new(files::ListDir));
+        let second = reg.specs();
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!(names(&second), ["read_file", "list_dir"]);
+        assert_eq!(
+            names(&reg.clone().read_only().specs()),
+            ["read_file", "list_dir"]
+        );
+    }
 }
