@@ -464,6 +464,7 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
     ];
     let (gw, _) = start_gateway(llm, &cfg, &slack_env).await;
     let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let jitter = Jitter::start();
     let mut ticker = tokio::time::interval(Duration::from_millis(5));
     let mut tasks = Vec::new();
     for i in 0..1000 {
@@ -496,6 +497,7 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
     for t in tasks {
         t.await.unwrap();
     }
+    let late = jitter.stop();
     let mut lat = lat.lock().unwrap().clone();
     lat.sort();
     println!(
@@ -504,6 +506,7 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
         pct(&lat, 0.99),
         pct(&lat, 1.0)
     );
+    println!("{}", Jitter::line(&late));
     drop(gw);
 }
 
@@ -513,6 +516,7 @@ async fn paced(http: &reqwest::Client, base: &str, skip: bool, label: &str) {
         return;
     }
     let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let jitter = Jitter::start();
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     let mut tasks = Vec::new();
     for i in 0..1000 {
@@ -526,6 +530,7 @@ async fn paced(http: &reqwest::Client, base: &str, skip: bool, label: &str) {
     for t in tasks {
         t.await.unwrap();
     }
+    let late = jitter.stop();
     let mut lat = lat.lock().unwrap().clone();
     lat.sort();
     println!(
@@ -534,6 +539,47 @@ async fn paced(http: &reqwest::Client, base: &str, skip: bool, label: &str) {
         pct(&lat, 0.99),
         pct(&lat, 1.0)
     );
+    println!("{}", Jitter::line(&late));
+}
+
+/// A thread that sleeps 1 ms at a time and records how late it wakes: the scheduling noise
+/// of the machine (other tenants, the host) that every latency figure above includes.
+struct Jitter {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Duration>>,
+}
+
+impl Jitter {
+    fn start() -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut late = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(1));
+                late.push(t.elapsed().saturating_sub(Duration::from_millis(1)));
+            }
+            late
+        });
+        Self { stop, thread }
+    }
+
+    fn line(late: &[Duration]) -> String {
+        format!(
+            "  machine noise meanwhile: a 1 ms sleep woke late by p99 {:.2} ms, max {:.2} ms",
+            pct(late, 0.99),
+            pct(late, 1.0)
+        )
+    }
+
+    /// Sorted wake-up delays.
+    fn stop(self) -> Vec<Duration> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut late = self.thread.join().expect("jitter thread");
+        late.sort();
+        late
+    }
 }
 
 /// p50/p99 of appending 2 KB and `fdatasync`, 200 times 5 ms apart, in a temporary file on

@@ -254,7 +254,7 @@ impl Channel for SlackChannel {
         shutdown: CancellationToken,
     ) -> Result<(), ChannelError> {
         let sh = &self.shared;
-        inbound.set_connected(NAME, false, "starting: auth.test");
+        // Until auth.test answers, the gateway reports the channel as "connecting".
         let me = match self.identify(&shutdown).await {
             Ok(Some(me)) => me,
             Ok(None) => return Ok(()),
