@@ -464,6 +464,7 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
     ];
     let (gw, _) = start_gateway(llm, &cfg, &slack_env).await;
     let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let syncs = store_syncs(http, &gw.base).await;
     let jitter = Jitter::start();
     let mut ticker = tokio::time::interval(Duration::from_millis(5));
     let mut tasks = Vec::new();
@@ -507,6 +508,7 @@ async fn channels(llm: &FakeLlm, http: &reqwest::Client, idle_none: f64) {
         pct(&lat, 1.0)
     );
     println!("{}", Jitter::line(&late));
+    println!("{}", syncs_line(&syncs, &store_syncs(http, &gw.base).await));
     drop(gw);
 }
 
@@ -516,6 +518,7 @@ async fn paced(http: &reqwest::Client, base: &str, skip: bool, label: &str) {
         return;
     }
     let lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let syncs = store_syncs(http, base).await;
     let jitter = Jitter::start();
     let mut ticker = tokio::time::interval(Duration::from_millis(10));
     let mut tasks = Vec::new();
@@ -540,6 +543,58 @@ async fn paced(http: &reqwest::Client, base: &str, skip: bool, label: &str) {
         pct(&lat, 1.0)
     );
     println!("{}", Jitter::line(&late));
+    println!("{}", syncs_line(&syncs, &store_syncs(http, base).await));
+}
+
+/// The gateway's `switchboard_store_sync_seconds` histogram: (upper bound, cumulative count).
+async fn store_syncs(http: &reqwest::Client, base: &str) -> Vec<(f64, u64)> {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("switchboard_store_sync_seconds_bucket{le=\""))
+        .filter_map(|l| {
+            let (le, n) = l.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, n.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The gateway's own durable journal writes between two snapshots: the bucket holding the
+/// p99 and the highest non-empty bucket.
+fn syncs_line(before: &[(f64, u64)], after: &[(f64, u64)]) -> String {
+    let delta: Vec<(f64, u64)> = after
+        .iter()
+        .zip(before)
+        .map(|((le, a), (_, b))| (*le, a - b))
+        .collect();
+    let total = delta.last().map_or(0, |d| d.1);
+    let bound = |n: u64| {
+        let le = delta
+            .iter()
+            .find(|d| d.1 >= n)
+            .map_or(f64::INFINITY, |d| d.0);
+        if le.is_finite() {
+            format!("<= {} ms", le * 1000.0)
+        } else {
+            "> 30 s".into()
+        }
+    };
+    format!(
+        "  the gateway's journal syncs meanwhile: {total}, p99 {}, max {}",
+        bound((total * 99).div_ceil(100)),
+        bound(total)
+    )
 }
 
 /// A thread that sleeps 1 ms at a time and records how late it wakes: the scheduling noise

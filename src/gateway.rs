@@ -279,9 +279,10 @@ pub async fn start(
             config.gateway.workspace.display()
         ))
     })?;
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(&data_dir)?);
-    let tracker = TaskTracker::new();
     let metrics = Arc::new(Metrics::default());
+    let store: Arc<dyn Store> =
+        Arc::new(SledStore::open_with(&data_dir, metrics.store_sync.clone())?);
+    let tracker = TaskTracker::new();
     let health = Arc::new(Health::default());
     let channels: ChannelRegistry = Default::default();
     let bus = Bus::new(

@@ -358,6 +358,14 @@ async fn health_ready_and_metrics() {
     );
     assert!(text.contains("switchboard_turns_total 1"));
     assert!(text.contains("switchboard_turn_duration_seconds_count 1"));
+    // The message's intake and its reply were each made durable by a journal write.
+    let syncs: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("switchboard_store_sync_seconds_count "))
+        .expect("the store's sync histogram is rendered")
+        .parse()
+        .unwrap();
+    assert!(syncs >= 2, "{text}");
     shutdown.cancel();
     running.stopped().await;
 }

@@ -98,7 +98,10 @@ pub(super) fn writer(
         let durable = if bytes.is_empty() {
             Ok(())
         } else {
-            active.append(&bytes).map_err(|e| e.to_string())
+            let started = Instant::now();
+            let appended = active.append(&bytes).map_err(|e| e.to_string());
+            shared.syncs.observe(started.elapsed());
+            appended
         };
         bytes.clear();
         if bytes.capacity() > 1024 * 1024 {

@@ -28,6 +28,7 @@ use tokio::sync::oneshot;
 use super::group_commit::{Work, checkpointer, writer};
 use super::journal::{self, Active};
 use super::{Applied, Batch, Entries, Op, Store, StoreError, Tree};
+use crate::metrics::Histogram;
 
 /// sled-backed [`Store`].
 pub struct SledStore {
@@ -45,12 +46,20 @@ pub(super) struct Shared {
     /// Journal records of direct writes, already in sled, waiting for the writer. Held
     /// while such a write is applied, so the journal's order is sled's order.
     pub(super) pending: Mutex<Vec<u8>>,
+    /// How long each durable journal write took.
+    pub(super) syncs: Arc<Histogram>,
 }
 
 impl SledStore {
     /// Open (or create) the store in `dir`, replaying the journal. Fails with
     /// [`StoreError::Locked`] when another process has it open.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(dir, Arc::default())
+    }
+
+    /// [`SledStore::open`], timing every durable journal write into `syncs` (the gateway's
+    /// `switchboard_store_sync_seconds`).
+    pub fn open_with(dir: &Path, syncs: Arc<Histogram>) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(backend)?;
         let db = sled::Config::new()
             .path(dir.join("store"))
@@ -79,6 +88,7 @@ impl SledStore {
         let shared = Arc::new(Shared {
             trees,
             pending: Mutex::new(Vec::new()),
+            syncs,
         });
         let (tx, rx) = mpsc::channel();
         let (ctx, crx) = mpsc::channel();
