@@ -389,6 +389,15 @@ pub async fn start(
     if replayed > 0 {
         tracing::info!("resuming {replayed} message(s) left unfinished by the last run");
     }
+    // After a burst, once every chat's worker is gone for a moment, hand the memory the
+    // burst freed back to the system.
+    tracker.spawn(crate::memory::trim_when_idle(
+        bus.clone(),
+        metrics.clone(),
+        crate::memory::IDLE_TRIM_AFTER,
+        shutdown.clone(),
+        crate::memory::release_free_memory,
+    ));
     let prune_bus = bus.clone();
     let prune_stop = shutdown.clone();
     tracker.spawn(async move {

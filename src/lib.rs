@@ -11,6 +11,7 @@
 //! - [`http`] serves health, readiness, [`metrics`], the OpenAI-compatible `api` channel,
 //!   the Slack Events API and the loopback admin API used by the [`cli`].
 //! - [`config`] loads and validates `config.toml`; [`gateway`] wires it all together.
+//! - [`memory`] gives freed heap back to the system when the bus goes idle.
 
 pub mod access;
 pub mod agent;
@@ -22,6 +23,7 @@ pub mod config;
 pub mod gateway;
 pub mod http;
 pub mod llm;
+pub mod memory;
 pub mod metrics;
 pub mod pairing;
 pub mod scheduler;

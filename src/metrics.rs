@@ -73,6 +73,8 @@ pub struct Metrics {
     pub cron_runs: AtomicU64,
     pub cron_failures: AtomicU64,
     pub cron_lateness: Histogram,
+    /// Times the gateway gave freed heap memory back to the system after going idle.
+    pub heap_trims: AtomicU64,
     /// One journal append + `fdatasync` of the store's group commit (shared with the store).
     pub store_sync: Arc<Histogram>,
 }
@@ -207,6 +209,12 @@ impl Metrics {
                 "counter",
                 "Scheduled jobs that failed.",
                 load(&self.cron_failures),
+            ),
+            (
+                "switchboard_heap_trims_total",
+                "counter",
+                "Times freed heap memory was given back to the system after the gateway went idle.",
+                load(&self.heap_trims),
             ),
         ] {
             let _ = writeln!(

@@ -398,3 +398,45 @@ async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
     shutdown.cancel();
     running.stopped().await;
 }
+
+#[tokio::test]
+async fn the_heap_is_trimmed_once_the_last_chat_goes_quiet() {
+    use std::sync::atomic::Ordering;
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let base = base(&running);
+    let trims = || running.shared.metrics.heap_trims.load(Ordering::Relaxed);
+    let wait_for_trims = |n: u64| async move {
+        let deadline = Instant::now() + WAIT;
+        while trims() < n {
+            assert!(
+                Instant::now() < deadline,
+                "no trim after the gateway went idle"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    assert_eq!(trims(), 0, "nothing to give back before any chat");
+    // Once the chat's worker is gone, one trim follows after the idle delay.
+    ask(&base, "quick", "hello").await;
+    wait_for_trims(1).await;
+    // A turn that runs longer than the idle delay: no trim while it runs.
+    let slow = switchboard::memory::IDLE_TRIM_AFTER * 2;
+    llm.push(Reply::text("done thinking").with_delay(slow));
+    let started = Instant::now();
+    let v = ask(&base, "slow", "think slowly").await;
+    assert_eq!(reply_text(&v), "done thinking");
+    assert!(started.elapsed() >= slow);
+    assert_eq!(trims(), 1, "no trim while a chat's turn runs");
+    wait_for_trims(2).await;
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains("switchboard_heap_trims_total 2"), "{text}");
+    shutdown.cancel();
+    running.stopped().await;
+}

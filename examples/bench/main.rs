@@ -3,8 +3,9 @@
 //! `cargo run --release --example bench` (builds `target/release/switchboard` when missing).
 //! Figures: start-up to `/readyz` 200, idle RSS, end-to-end API-channel messages/s over
 //! 1 000 concurrent chats (durability on, zero-latency LLM), overhead per message p50/p99
-//! at 100 messages/s, RSS after 10 000 distinct chats and once their workers are gone; then
-//! the channels ([`channels`]) and the scheduler ([`scheduler`]).
+//! at 100 messages/s, RSS after 10 000 distinct chats and once their workers are gone, and
+//! again after 10 000 more (memory must not grow with the chats ever seen); then the
+//! channels ([`channels`]) and the scheduler ([`scheduler`]).
 //!
 //! - [`gateway`]: starting the gateway binary, its RSS.
 //! - [`probes`]: paced load, the machine's noise, the gateway's journal syncs, the disk.
@@ -105,32 +106,41 @@ async fn main() {
     if only_throughput {
         return;
     }
-    // 4. Memory per 10 000 chats.
-    let mut tasks = Vec::new();
-    for c in 0..10_000 {
-        let (http, base) = (http.clone(), gw.base.clone());
-        tasks.push(tokio::spawn(async move {
-            one(&http, &base, &format!("many{c}"), "hi").await;
-        }));
-        // 100 chats in flight at a time: many chats, each sending once.
-        if tasks.len() >= 100 {
-            for t in tasks.drain(..) {
-                t.await.unwrap();
-            }
-            if only_memory && (c + 1) % 2000 == 0 {
-                println!("  after {} chats: {:.1} MB", c + 1, rss_mb(gw.child.id()));
+    // 4. Memory per 10 000 chats, twice over (20 000 distinct chats in all): the second
+    // round shows whether memory grows with the number of chats ever seen.
+    for round in 0..2 {
+        let mut tasks = Vec::new();
+        for c in 0..10_000 {
+            let (http, base) = (http.clone(), gw.base.clone());
+            tasks.push(tokio::spawn(async move {
+                one(&http, &base, &format!("many{round}-{c}"), "hi").await;
+            }));
+            // 100 chats in flight at a time: many chats, each sending once.
+            if tasks.len() >= 100 {
+                for t in tasks.drain(..) {
+                    t.await.unwrap();
+                }
+                if only_memory && (c + 1) % 2000 == 0 {
+                    println!("  after {} chats: {:.1} MB", c + 1, rss_mb(gw.child.id()));
+                }
             }
         }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let after = rss_mb(gw.child.id());
+        // The gateway gives freed heap back once it has been idle for a second.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let settled = rss_mb(gw.child.id());
+        let label = if round == 0 {
+            "RSS after 10 000 chats:  "
+        } else {
+            "RSS after 20 000 chats:  "
+        };
+        println!(
+            "{label} {after:.1} MB right after, {settled:.1} MB 3 s later (idle was {idle:.1} MB)"
+        );
     }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let after = rss_mb(gw.child.id());
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let settled = rss_mb(gw.child.id());
-    println!(
-        "RSS after 10 000 chats:   {after:.1} MB right after, {settled:.1} MB 3 s later (idle was {idle:.1} MB)"
-    );
     drop(http);
     tokio::time::sleep(Duration::from_secs(1)).await;
     println!("RSS once clients left:    {:.1} MB", rss_mb(gw.child.id()));

@@ -97,6 +97,8 @@ pub struct Bus {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// Notified when the last chat's worker goes away.
+    idle: tokio::sync::Notify,
 }
 
 fn now_secs() -> u64 {
@@ -130,12 +132,19 @@ impl Bus {
             metrics,
             shutdown,
             tracker,
+            idle: tokio::sync::Notify::new(),
         })
     }
 
     /// Set the turn handler (once, before messages flow).
     pub fn set_handler(&self, handler: Arc<dyn TurnHandler>) {
         let _ = self.handler.set(handler);
+    }
+
+    /// Wait until no chat has a worker any more (after the last one went away since the
+    /// previous call).
+    pub async fn became_idle(&self) {
+        self.idle.notified().await;
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

@@ -75,6 +75,8 @@ impl Bus {
                 }
             }
         }
-        self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed);
+        if self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.idle.notify_one();
+        }
     }
 }

@@ -73,7 +73,19 @@ pub(super) fn writer(
 ) {
     let (mut bytes, mut commits) = (Vec::new(), Vec::new());
     let mut rotated = Instant::now();
-    while let Ok(first) = rx.recv() {
+    loop {
+        let first = match rx.try_recv() {
+            Ok(work) => work,
+            Err(mpsc::TryRecvError::Empty) => {
+                // Going idle: free what this thread's writes retired before waiting.
+                release_retired();
+                match rx.recv() {
+                    Ok(work) => work,
+                    Err(_) => break,
+                }
+            }
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        };
         let mut group = Group::default();
         let mut flushes = Vec::new();
         let mut next = Some(first);
@@ -149,5 +161,17 @@ pub(super) fn checkpointer(db: &sled::Db, dir: &Path, rx: &mpsc::Receiver<u64>) 
         if let Err(e) = done {
             tracing::warn!(error = %e, "store: checkpoint failed; the journal is kept");
         }
+        // The flush sealed sled's current 512 KB log buffer; let it go.
+        release_retired();
     }
+}
+
+/// Hand what this thread's sled calls retired to the global epoch queue, where the next
+/// epoch frees it. sled retires replaced pages and sealed 512 KB log buffers through
+/// crossbeam-epoch, which keeps them in the retiring thread's own bag until 64 pile up: a
+/// thread that writes now and then (the checkpointer, the writer of a quiet gateway)
+/// would hold up to 64 old log buffers, 32 MB, for minutes. Measured before: 4 buffers
+/// alive after 10 000 chats, 15 after 50 000, and RSS growing with them.
+fn release_retired() {
+    crossbeam_epoch::pin().flush();
 }
