@@ -394,9 +394,7 @@ pub async fn start(
     tracker.spawn(crate::memory::trim_when_idle(
         bus.clone(),
         metrics.clone(),
-        crate::memory::IDLE_TRIM_AFTER,
         shutdown.clone(),
-        crate::memory::release_free_memory,
     ));
     let prune_bus = bus.clone();
     let prune_stop = shutdown.clone();

@@ -33,27 +33,21 @@ pub fn release_free_memory() {
     }
 }
 
-/// Each time the bus goes idle and stays idle for `after`, call `trim` (counted in
-/// `switchboard_heap_trims_total`). Ends with `shutdown`.
-pub async fn trim_when_idle(
-    bus: Arc<Bus>,
-    metrics: Arc<Metrics>,
-    after: Duration,
-    shutdown: CancellationToken,
-    trim: impl Fn(),
-) {
+/// Each time the bus goes idle and stays idle for [`IDLE_TRIM_AFTER`], give the freed heap
+/// back (counted in `switchboard_heap_trims_total`). Ends with `shutdown`.
+pub async fn trim_when_idle(bus: Arc<Bus>, metrics: Arc<Metrics>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = bus.became_idle() => {}
             _ = shutdown.cancelled() => return,
         }
         tokio::select! {
-            _ = tokio::time::sleep(after) => {}
+            _ = tokio::time::sleep(IDLE_TRIM_AFTER) => {}
             _ = shutdown.cancelled() => return,
         }
         // A chat that started meanwhile notifies again when it ends.
         if bus.active_chats() == 0 {
-            trim();
+            release_free_memory();
             metrics.heap_trims.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -108,7 +108,10 @@ async fn main() {
     }
     // 4. Memory per 10 000 chats, twice over (20 000 distinct chats in all): the second
     // round shows whether memory grows with the number of chats ever seen.
-    for round in 0..2 {
+    for (round, label) in ["RSS after 10 000 chats:  ", "RSS after 20 000 chats:  "]
+        .into_iter()
+        .enumerate()
+    {
         let mut tasks = Vec::new();
         for c in 0..10_000 {
             let (http, base) = (http.clone(), gw.base.clone());
@@ -132,11 +135,6 @@ async fn main() {
         // The gateway gives freed heap back once it has been idle for a second.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let settled = rss_mb(gw.child.id());
-        let label = if round == 0 {
-            "RSS after 10 000 chats:  "
-        } else {
-            "RSS after 20 000 chats:  "
-        };
         println!(
             "{label} {after:.1} MB right after, {settled:.1} MB 3 s later (idle was {idle:.1} MB)"
         );

@@ -97,7 +97,7 @@ pub struct Bus {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
-    /// Notified when the last chat's worker goes away.
+    /// Notified when the last chat with work leaves the slot table.
     idle: tokio::sync::Notify,
 }
 
@@ -141,8 +141,8 @@ impl Bus {
         let _ = self.handler.set(handler);
     }
 
-    /// Wait until no chat has a worker any more (after the last one went away since the
-    /// previous call).
+    /// Wait until no chat has work any more (after the last one finished since the previous
+    /// call).
     pub async fn became_idle(&self) {
         self.idle.notified().await;
     }
@@ -324,6 +324,7 @@ impl Bus {
                 if slots.is_empty() {
                     // A burst of chats leaves a large table behind; give it back when idle.
                     slots.shrink_to(64);
+                    self.idle.notify_one();
                 }
                 return None;
             }

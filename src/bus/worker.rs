@@ -75,8 +75,6 @@ impl Bus {
                 }
             }
         }
-        if self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.idle.notify_one();
-        }
+        self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed);
     }
 }
