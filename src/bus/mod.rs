@@ -417,19 +417,57 @@ impl Bus {
     }
 
     /// Forget seen ids older than [`SEEN_RETENTION`]; returns how many were removed.
+    /// Walks the ids in place and keeps only the expired keys (about an hour's worth,
+    /// as this runs hourly), not a copy of every id seen in the last day.
     pub fn prune_seen(&self) -> Result<usize, StoreError> {
         let cutoff = now_secs().saturating_sub(SEEN_RETENTION.as_secs());
         let mut batch = Batch::default();
-        for (k, v) in self.store.scan(Tree::Seen, &[])? {
-            let at = <[u8; 8]>::try_from(v.as_slice())
-                .map(u64::from_be_bytes)
-                .unwrap_or(0);
+        self.store.for_each(Tree::Seen, &[], &mut |k, v| {
+            let at = <[u8; 8]>::try_from(v).map(u64::from_be_bytes).unwrap_or(0);
             if at < cutoff {
-                batch.delete(Tree::Seen, k);
+                batch.delete(Tree::Seen, k.to_vec());
             }
-        }
+            true
+        })?;
         let n = batch.ops.len();
         self.store.apply(batch)?;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SledStore;
+
+    #[tokio::test]
+    async fn pruning_forgets_only_the_ids_past_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        let now = now_secs();
+        let old = now - SEEN_RETENTION.as_secs() - 1;
+        for (id, at) in [("a", old), ("b", now), ("c", old), ("d", now - 60)] {
+            store
+                .put(Tree::Seen, id.as_bytes(), &at.to_be_bytes())
+                .unwrap();
+        }
+        let bus = Bus::new(
+            store.clone(),
+            Arc::default(),
+            1,
+            Arc::default(),
+            CancellationToken::new(),
+            TaskTracker::new(),
+        );
+        assert_eq!(bus.prune_seen().unwrap(), 2);
+        let mut left = Vec::new();
+        store
+            .for_each(Tree::Seen, &[], &mut |k, _| {
+                left.push(String::from_utf8_lossy(k).into_owned());
+                true
+            })
+            .unwrap();
+        assert_eq!(left, ["b", "d"]);
+        assert_eq!(bus.prune_seen().unwrap(), 0);
     }
 }
