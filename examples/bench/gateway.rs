@@ -38,7 +38,18 @@ pub(crate) fn rss_mb(pid: u32) -> f64 {
 pub(crate) struct Gateway {
     pub(crate) child: Child,
     pub(crate) base: String,
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Gateway {
+    /// Stop the gateway gracefully (SIGTERM) and hand back its folder, data included.
+    pub(crate) fn stop(mut self) -> tempfile::TempDir {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let _ = self.child.wait();
+        self.dir.take().expect("the folder is taken once")
+    }
 }
 
 impl Drop for Gateway {
@@ -113,7 +124,7 @@ pub(crate) async fn start_gateway_in(
         Gateway {
             child,
             base,
-            _dir: dir,
+            dir: Some(dir),
         },
         ready,
     )

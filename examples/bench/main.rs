@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use switchboard_fakes::llm::FakeLlm;
 
-use gateway::{one, pct, rss_mb, start_gateway};
+use gateway::{one, pct, rss_mb, start_gateway, start_gateway_in};
 use probes::{Window, at_rate, disk_fdatasync};
 
 pub(crate) const NO_CHANNELS: &str = "[channels.telegram]\nenabled = false\n[channels.discord]\nenabled = false\n[channels.slack]\nenabled = false\n";
@@ -153,6 +153,14 @@ async fn main() {
         println!("holding gateway pid {} for {secs} s", gw.child.id());
         tokio::time::sleep(Duration::from_secs(secs)).await;
     }
+    // What the chats' data costs by itself: a new gateway on the same store, idle. The
+    // difference to the figure above is what the bursts left behind.
+    let (gw, _) = start_gateway_in(gw.stop(), &llm, NO_CHANNELS, &[]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!(
+        "restarted on that data:   {:.1} MB idle",
+        rss_mb(gw.child.id())
+    );
     drop(gw);
     if only_memory {
         return;

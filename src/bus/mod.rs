@@ -8,12 +8,13 @@
 //! are delivered with retries.
 
 mod outbox;
+mod seen;
 mod worker;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use switchboard_channel::{ChatKey, InboundMessage, OutboundMessage, Published};
@@ -25,9 +26,8 @@ use crate::metrics::Metrics;
 use crate::store::{Applied, Batch, Store, StoreError, Tree};
 
 pub use outbox::{ChannelRegistry, Outbox};
+pub use seen::SEEN_RETENTION;
 
-/// How long seen message ids are kept for dedup (DESIGN §4 asks for at least 24 h).
-pub const SEEN_RETENTION: Duration = Duration::from_secs(48 * 3600);
 /// Most messages joined into one turn.
 const MAX_JOIN: usize = 20;
 /// Most messages held in memory waiting for their turn, across all chats. Past this,
@@ -108,10 +108,6 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-fn seen_key(id: &str) -> Vec<u8> {
-    id.as_bytes().to_vec()
-}
-
 impl Bus {
     pub fn new(
         store: Arc<dyn Store>,
@@ -181,7 +177,7 @@ impl Bus {
                 tracing::info!(id = %msg.id, "inbound text cut at {} characters", switchboard_channel::MAX_INBOUND_CHARS);
             }
             if (several && !ids.insert(msg.id.clone()))
-                || self.store.get(Tree::Seen, &seen_key(&msg.id))?.is_some()
+                || seen::is_seen(&*self.store, now_secs(), &msg.id)?
             {
                 self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -211,14 +207,13 @@ impl Bus {
             p = self.queued.clone().acquire_many_owned(chunk.len() as u32) => p.map_err(|_| BusError::ShuttingDown)?,
             _ = self.shutdown.cancelled() => return Err(BusError::ShuttingDown),
         };
-        let now = now_secs().to_be_bytes();
+        let now = now_secs();
         let mut batch = Batch::default();
         let mut accepted = Vec::with_capacity(chunk.len());
         for (i, msg) in chunk {
             let seq = self.store.next_id()?;
             let body = serde_json::to_vec(&msg).map_err(|e| BusError::Encode(e.to_string()))?;
-            batch.require_absent(Tree::Seen, seen_key(&msg.id));
-            batch.put(Tree::Seen, seen_key(&msg.id), now.to_vec());
+            seen::mark(&mut batch, now, &msg.id);
             batch.put(Tree::Inbox, seq.to_be_bytes().to_vec(), body);
             accepted.push((i, seq, msg));
         }
@@ -252,12 +247,7 @@ impl Bus {
     /// `/stop`: cancel the key's running turn; it never queues behind that turn.
     async fn stop(self: &Arc<Self>, msg: InboundMessage) -> Result<Published, BusError> {
         let mut batch = Batch::default();
-        batch.require_absent(Tree::Seen, seen_key(&msg.id));
-        batch.put(
-            Tree::Seen,
-            seen_key(&msg.id),
-            now_secs().to_be_bytes().to_vec(),
-        );
+        seen::mark(&mut batch, now_secs(), &msg.id);
         if self.store.apply(batch)? == Applied::Conflict {
             return Ok(Published::Duplicate);
         }
@@ -416,58 +406,8 @@ impl Bus {
         Ok(n)
     }
 
-    /// Forget seen ids older than [`SEEN_RETENTION`]; returns how many were removed.
-    /// Walks the ids in place and keeps only the expired keys (about an hour's worth,
-    /// as this runs hourly), not a copy of every id seen in the last day.
+    /// Forget the seen ids past [`SEEN_RETENTION`]; returns how many were removed.
     pub fn prune_seen(&self) -> Result<usize, StoreError> {
-        let cutoff = now_secs().saturating_sub(SEEN_RETENTION.as_secs());
-        let mut batch = Batch::default();
-        self.store.for_each(Tree::Seen, &[], &mut |k, v| {
-            let at = <[u8; 8]>::try_from(v).map(u64::from_be_bytes).unwrap_or(0);
-            if at < cutoff {
-                batch.delete(Tree::Seen, k.to_vec());
-            }
-            true
-        })?;
-        let n = batch.ops.len();
-        self.store.apply(batch)?;
-        Ok(n)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::SledStore;
-
-    #[tokio::test]
-    async fn pruning_forgets_only_the_ids_past_retention() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
-        let now = now_secs();
-        let old = now - SEEN_RETENTION.as_secs() - 1;
-        for (id, at) in [("a", old), ("b", now), ("c", old), ("d", now - 60)] {
-            store
-                .put(Tree::Seen, id.as_bytes(), &at.to_be_bytes())
-                .unwrap();
-        }
-        let bus = Bus::new(
-            store.clone(),
-            Arc::default(),
-            1,
-            Arc::default(),
-            CancellationToken::new(),
-            TaskTracker::new(),
-        );
-        assert_eq!(bus.prune_seen().unwrap(), 2);
-        let mut left = Vec::new();
-        store
-            .for_each(Tree::Seen, &[], &mut |k, _| {
-                left.push(String::from_utf8_lossy(k).into_owned());
-                true
-            })
-            .unwrap();
-        assert_eq!(left, ["b", "d"]);
-        assert_eq!(bus.prune_seen().unwrap(), 0);
+        seen::prune(&*self.store, now_secs())
     }
 }

@@ -1,0 +1,189 @@
+//! Seen message ids, for dedup, filed by the UTC day they were first seen.
+//!
+//! A key is the day (days since 1970, 4 bytes big-endian) followed by the id, so the ids of
+//! one day sit together and in day order. Checking an id looks it up under today and the
+//! two days before, so it is remembered for at least [`SEEN_RETENTION`]. Pruning deletes
+//! the days before those, walking only their keys: the ids still kept are never read, so
+//! they are not pulled into sled's memory (a walk over every id did that, and the gateway
+//! prunes at start-up and every hour).
+//!
+//! Stores from before this layout filed ids under the bare id; the first prune files them
+//! under the day of their timestamp (or drops them if that day has passed) and records in
+//! the meta tree that it did.
+
+use std::time::Duration;
+
+use crate::store::{Batch, Store, StoreError, Tree};
+
+/// Seen ids are kept at least this long (DESIGN §4 asks for at least 24 h).
+pub const SEEN_RETENTION: Duration = Duration::from_secs(48 * 3600);
+
+const DAY_SECS: u64 = 86_400;
+/// Today and the days before it under which an id is looked up: an id first seen at the
+/// last second of a day is still found two full days later.
+const DAYS_CHECKED: u32 = (SEEN_RETENTION.as_secs() / DAY_SECS) as u32 + 1;
+/// In the meta tree once ids filed under the bare id have been filed by day.
+const FILED_BY_DAY: &[u8] = b"seen_by_day_v1";
+
+fn day(now_secs: u64) -> u32 {
+    u32::try_from(now_secs / DAY_SECS).unwrap_or(u32::MAX)
+}
+
+fn key(day: u32, id: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(4 + id.len());
+    key.extend_from_slice(&day.to_be_bytes());
+    key.extend_from_slice(id);
+    key
+}
+
+/// The keys `id` may be filed under at `now`, today's first.
+fn keys(now_secs: u64, id: &str) -> impl Iterator<Item = Vec<u8>> + '_ {
+    let today = day(now_secs);
+    (0..DAYS_CHECKED).map(move |back| key(today.saturating_sub(back), id.as_bytes()))
+}
+
+/// Whether `id` was seen within the retention.
+pub(super) fn is_seen(store: &dyn Store, now_secs: u64, id: &str) -> Result<bool, StoreError> {
+    for k in keys(now_secs, id) {
+        if store.get(Tree::Seen, &k)?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Add to `batch`: `id` must not have been seen within the retention, and is seen now.
+pub(super) fn mark(batch: &mut Batch, now_secs: u64, id: &str) {
+    let mut keys = keys(now_secs, id);
+    if let Some(today) = keys.next() {
+        batch.require_absent(Tree::Seen, today.clone());
+        batch.put(Tree::Seen, today, now_secs.to_be_bytes().to_vec());
+    }
+    for earlier in keys {
+        batch.require_absent(Tree::Seen, earlier);
+    }
+}
+
+/// Forget the ids of the days past the retention; returns how many were removed.
+pub(super) fn prune(store: &dyn Store, now_secs: u64) -> Result<usize, StoreError> {
+    let first_kept = day(now_secs).saturating_sub(DAYS_CHECKED - 1);
+    let mut batch = Batch::default();
+    if store.get(Tree::Meta, FILED_BY_DAY)?.is_none() {
+        refile_bare_ids(store, first_kept, &mut batch)?;
+        batch.put(Tree::Meta, FILED_BY_DAY, b"1".to_vec());
+    }
+    // Keys filed by day start with a zero byte (day numbers are below 2^24 until the
+    // year 47 000), bare ids with a printable one; the walk stops at the first kept day.
+    let mut removed = 0;
+    store.for_each(Tree::Seen, &[0], &mut |k, _| {
+        let Some(d) = k.get(..4).and_then(|d| <[u8; 4]>::try_from(d).ok()) else {
+            return true;
+        };
+        if u32::from_be_bytes(d) >= first_kept {
+            return false;
+        }
+        batch.delete(Tree::Seen, k.to_vec());
+        removed += 1;
+        true
+    })?;
+    if !batch.is_empty() {
+        store.apply(batch)?;
+    }
+    Ok(removed)
+}
+
+/// File the ids of the old layout (the bare id → when it was seen) under their day.
+fn refile_bare_ids(
+    store: &dyn Store,
+    first_kept: u32,
+    batch: &mut Batch,
+) -> Result<(), StoreError> {
+    store.for_each(Tree::Seen, &[], &mut |k, v| {
+        if k.first().is_none_or(|b| *b == 0) {
+            return true;
+        }
+        let at = <[u8; 8]>::try_from(v).map(u64::from_be_bytes).unwrap_or(0);
+        if day(at) >= first_kept {
+            batch.put(Tree::Seen, key(day(at), k), v.to_vec());
+        }
+        batch.delete(Tree::Seen, k.to_vec());
+        true
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::{Applied, SledStore};
+
+    const NOW: u64 = 1_795_478_400 + 3600; // 01:00 UTC on some day
+
+    fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        (dir, store)
+    }
+
+    fn seen_at(store: &dyn Store, at: u64, id: &str) -> Applied {
+        let mut batch = Batch::default();
+        mark(&mut batch, at, id);
+        store.apply(batch).unwrap()
+    }
+
+    fn all(store: &dyn Store) -> Vec<Vec<u8>> {
+        let mut keys = Vec::new();
+        store
+            .for_each(Tree::Seen, &[], &mut |k, _| {
+                keys.push(k.to_vec());
+                true
+            })
+            .unwrap();
+        keys
+    }
+
+    #[tokio::test]
+    async fn an_id_is_a_duplicate_for_at_least_the_retention_and_forgotten_after_pruning() {
+        let (_dir, store) = store();
+        let s = &*store;
+        // Seen at the last second of a day: still a duplicate 48 h later.
+        let at = NOW - NOW % DAY_SECS - 1;
+        assert_eq!(seen_at(s, at, "telegram:1"), Applied::Done);
+        let later = at + SEEN_RETENTION.as_secs();
+        assert!(is_seen(s, later, "telegram:1").unwrap());
+        assert_eq!(seen_at(s, later, "telegram:1"), Applied::Conflict);
+        assert!(!is_seen(s, later, "telegram:2").unwrap());
+        // Pruning within the retention keeps it; past it, forgets it, and only it.
+        assert_eq!(seen_at(s, later, "telegram:2"), Applied::Done);
+        assert_eq!(prune(s, later).unwrap(), 0);
+        assert!(is_seen(s, later, "telegram:1").unwrap());
+        let past = at + SEEN_RETENTION.as_secs() + DAY_SECS;
+        assert!(!is_seen(s, past, "telegram:1").unwrap());
+        assert_eq!(prune(s, past).unwrap(), 1);
+        assert_eq!(all(s), [key(day(later), b"telegram:2")]);
+        assert_eq!(seen_at(s, past, "telegram:1"), Applied::Done);
+    }
+
+    #[tokio::test]
+    async fn ids_of_the_old_layout_are_filed_by_day_once() {
+        let (_dir, store) = store();
+        let s = &*store;
+        let old = NOW - SEEN_RETENTION.as_secs() - DAY_SECS;
+        for (id, at) in [("slack:a", old), ("slack:b", NOW - 60), ("api:c", NOW)] {
+            s.put(Tree::Seen, id.as_bytes(), &at.to_be_bytes()).unwrap();
+        }
+        assert_eq!(prune(s, NOW).unwrap(), 0);
+        assert_eq!(
+            all(s),
+            [key(day(NOW), b"api:c"), key(day(NOW - 60), b"slack:b")]
+        );
+        assert!(is_seen(s, NOW, "slack:b").unwrap());
+        assert!(!is_seen(s, NOW, "slack:a").unwrap());
+        assert!(s.get(Tree::Meta, FILED_BY_DAY).unwrap().is_some());
+        // Done once: a bare key written now (by nobody but this test) stays as it is.
+        s.put(Tree::Seen, b"slack:d", &NOW.to_be_bytes()).unwrap();
+        assert_eq!(prune(s, NOW).unwrap(), 0);
+        assert!(all(s).contains(&b"slack:d".to_vec()));
+    }
+}
