@@ -436,7 +436,7 @@ impl Running {
         {
             tracing::warn!("some tasks did not stop in time; their messages stay in the inbox");
         }
-        if let Err(e) = self.shared.store.flush().await {
+        if let Err(e) = self.shared.store.checkpoint().await {
             tracing::error!("final flush failed: {e}");
         }
         crate::http::admin::remove_files(&self.data_dir);

@@ -110,6 +110,12 @@ async fn sigterm_exits_zero_within_ten_seconds_and_keeps_in_flight_work() {
     assert!(took < Duration::from_secs(10), "took {took:?}");
     let logs = gw.stderr();
     assert!(logs.contains("stopped"), "{logs}");
+    // The store was checkpointed: the next start has no journal to apply again.
+    let journal: u64 = std::fs::read_dir(env.data_dir().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert_eq!(journal, 0, "journal bytes left after shutdown");
     {
         let store: Arc<dyn Store> = Arc::new(SledStore::open(&env.data_dir()).unwrap());
         assert_eq!(

@@ -1,7 +1,10 @@
 //! Group commit: the writer thread takes the queued commits, checks their preconditions,
 //! appends them (and the pending direct writes) to the journal with one `fdatasync`,
 //! applies them to sled and answers them; now and then it starts a new journal file and
-//! hands the old one to the checkpoint thread, which flushes sled and deletes it.
+//! hands the old one to the checkpoint thread, which flushes sled and deletes it. It does
+//! that also once the store has been quiet for [`ROTATE_EVERY`], and when asked
+//! ([`Work::Checkpoint`], at shutdown), so a gateway that stops or restarts after a burst
+//! has no journal left to apply again.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -24,10 +27,19 @@ const ROTATE_EVERY: Duration = Duration::from_secs(2);
 /// Where a commit's outcome goes.
 type Reply = oneshot::Sender<Result<Applied, StoreError>>;
 
+/// Where the outcome of a flush or checkpoint goes.
+type Done = oneshot::Sender<Result<(), StoreError>>;
+
 pub(super) enum Work {
     Commit(Batch, Reply),
-    Flush(oneshot::Sender<Result<(), StoreError>>),
+    Flush(Done),
+    /// Make everything durable in sled itself and delete the journal written so far.
+    Checkpoint(Done),
 }
+
+/// For the checkpoint thread: the journal files up to this one are to go, and who waits
+/// for that.
+pub(super) type Checkpoint = (u64, Option<Done>);
 
 /// The commits of one group, checked and encoded, waiting for the `fdatasync`.
 #[derive(Default)]
@@ -69,7 +81,7 @@ pub(super) fn writer(
     shared: &Shared,
     mut active: Active,
     rx: &mpsc::Receiver<Work>,
-    checkpoints: &mpsc::Sender<u64>,
+    checkpoints: &mpsc::Sender<Checkpoint>,
 ) {
     let (mut bytes, mut commits) = (Vec::new(), Vec::new());
     let mut rotated = Instant::now();
@@ -79,21 +91,30 @@ pub(super) fn writer(
             Err(mpsc::TryRecvError::Empty) => {
                 // Going idle: free what this thread's writes retired before waiting.
                 release_retired();
-                match rx.recv() {
+                match rx.recv_timeout(ROTATE_EVERY) {
                     Ok(work) => work,
-                    Err(_) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if active.written == 0 && lock(&shared.pending).is_empty() {
+                            continue;
+                        }
+                        // Quiet for a while: fold the journal into sled, as at shutdown.
+                        Work::Checkpoint(oneshot::channel().0)
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
             }
             Err(mpsc::TryRecvError::Disconnected) => break,
         };
         let mut group = Group::default();
         let mut flushes = Vec::new();
+        let mut checkpoint = Vec::new();
         let mut next = Some(first);
         let mut taken = 0;
         while let Some(work) = next {
             match work {
                 Work::Commit(batch, reply) => group.add(shared, batch, reply, &mut commits),
                 Work::Flush(reply) => flushes.push(reply),
+                Work::Checkpoint(reply) => checkpoint.push(reply),
             }
             taken += 1;
             next = if taken < MAX_GROUP {
@@ -134,32 +155,76 @@ pub(super) fn writer(
         for reply in flushes {
             let _ = reply.send(durable.as_ref().map(|_| ()).map_err(fail));
         }
-        if active.written >= ROTATE_BYTES
+        if !checkpoint.is_empty() {
+            if let Err(e) = durable {
+                for reply in checkpoint {
+                    let _ = reply.send(Err(fail(&e)));
+                }
+                continue;
+            }
+            // Everything up to the active file (made empty by rotating) goes; the
+            // checkpointer answers once sled has it all.
+            let through = if active.written > 0 {
+                rotate(&mut active, &mut rotated)
+            } else {
+                Some(active.seq - 1)
+            };
+            for reply in checkpoint {
+                match through {
+                    Some(seq) => {
+                        let _ = checkpoints.send((seq, Some(reply)));
+                    }
+                    None => {
+                        let _ = reply.send(Err(StoreError::Backend(
+                            "cannot start a new journal file".into(),
+                        )));
+                    }
+                }
+            }
+        } else if active.written >= ROTATE_BYTES
             || (active.written > 0 && rotated.elapsed() >= ROTATE_EVERY)
         {
-            match active.rotate() {
-                Ok(closed) => {
-                    rotated = Instant::now();
-                    let _ = checkpoints.send(closed);
-                }
-                Err(e) => tracing::warn!(error = %e, "store: cannot start a new journal file"),
+            if let Some(closed) = rotate(&mut active, &mut rotated) {
+                let _ = checkpoints.send((closed, None));
             }
         }
     }
 }
 
+/// Start a new journal file; returns the sequence number of the one closed.
+fn rotate(active: &mut Active, rotated: &mut Instant) -> Option<u64> {
+    match active.rotate() {
+        Ok(closed) => {
+            *rotated = Instant::now();
+            Some(closed)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "store: cannot start a new journal file");
+            None
+        }
+    }
+}
+
 /// The checkpoint thread: flush sled, then delete the journal files it made redundant.
-pub(super) fn checkpointer(db: &sled::Db, dir: &Path, rx: &mpsc::Receiver<u64>) {
-    while let Ok(mut closed) = rx.recv() {
-        while let Ok(later) = rx.try_recv() {
-            closed = later;
+pub(super) fn checkpointer(db: &sled::Db, dir: &Path, rx: &mpsc::Receiver<Checkpoint>) {
+    while let Ok((mut closed, waiting)) = rx.recv() {
+        let mut waiting: Vec<Done> = waiting.into_iter().collect();
+        while let Ok((later, more)) = rx.try_recv() {
+            closed = closed.max(later);
+            waiting.extend(more);
         }
         let done = db
             .flush()
             .map_err(backend)
             .and_then(|_| journal::remove_through(dir, closed));
-        if let Err(e) = done {
+        if let Err(e) = &done {
             tracing::warn!(error = %e, "store: checkpoint failed; the journal is kept");
+        }
+        for reply in waiting {
+            let _ = reply.send(match &done {
+                Ok(()) => Ok(()),
+                Err(e) => Err(StoreError::Backend(e.to_string())),
+            });
         }
         // The flush sealed sled's current 512 KB log buffer; let it go.
         release_retired();

@@ -137,6 +137,11 @@ pub trait Store: Send + Sync + 'static {
     /// Make every write applied so far durable. Concurrent callers share one fsync
     /// (group commit).
     async fn flush(&self) -> Result<(), StoreError>;
+    /// [`Store::flush`], and leave the store so that opening it again has nothing to
+    /// recover (for a store with a log: fold it into the data). Called at shutdown.
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        self.flush().await
+    }
     /// Apply a batch and make it durable before returning: after a crash all of it is
     /// there or none (a conflict writes nothing). Concurrent commits share one fsync.
     async fn commit(&self, batch: Batch) -> Result<Applied, StoreError> {

@@ -270,6 +270,13 @@ impl Store for SledStore {
             .map_err(|_| StoreError::Backend("the store writer stopped".into()))?
     }
 
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Work::Checkpoint(tx))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("the store writer stopped".into()))?
+    }
+
     async fn commit(&self, batch: Batch) -> Result<Applied, StoreError> {
         let (tx, rx) = oneshot::channel();
         self.send(Work::Commit(batch, tx))?;
@@ -484,6 +491,45 @@ mod tests {
         assert!(meta(&s, "torn").is_none());
         commit_meta(&s, &[("after", "1")]).await;
         assert!(meta(&s, "after").is_some());
+    }
+
+    /// Bytes in the journal files of the store in `dir`.
+    fn journal_bytes(dir: &Path) -> u64 {
+        journal::files(&dir.join("journal"))
+            .unwrap()
+            .iter()
+            .map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len()))
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_leaves_no_journal_to_apply_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        commit_meta(&s, &[("a", "1"), ("b", "2")]).await;
+        (&s as &dyn Store).put(Tree::Meta, b"direct", b"3").unwrap();
+        s.flush().await.unwrap();
+        assert!(journal_bytes(dir.path()) > 0);
+        s.checkpoint().await.unwrap();
+        assert_eq!(journal_bytes(dir.path()), 0);
+        assert_eq!(meta(&s, "direct").as_deref(), Some(&b"3"[..]));
+        commit_meta(&s, &[("c", "4")]).await;
+        assert_eq!(meta(&s, "c").as_deref(), Some(&b"4"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_quiet_store_folds_its_journal_into_sled() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        commit_meta(&s, &[("a", "1")]).await;
+        assert!(journal_bytes(dir.path()) > 0);
+        // The writer checks the journal in after ROTATE_EVERY (2 s) without work.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while journal_bytes(dir.path()) > 0 {
+            assert!(std::time::Instant::now() < deadline, "the journal was kept");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(meta(&s, "a").as_deref(), Some(&b"1"[..]));
     }
 
     #[tokio::test]
