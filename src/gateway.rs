@@ -293,6 +293,9 @@ pub async fn start(
         shutdown.clone(),
         tracker.clone(),
     );
+    // Before any intake: the first prune also files the seen ids of an older store by day,
+    // and dedup only looks them up there.
+    bus.prune_seen()?;
     let api = Arc::new(ApiChannel::default());
     let cli = Arc::new(ApiChannel::named("cli"));
     let sink = Arc::new(GatewaySink {
@@ -400,12 +403,12 @@ pub async fn start(
     let prune_stop = shutdown.clone();
     tracker.spawn(async move {
         loop {
-            if let Err(e) = prune_bus.prune_seen() {
-                tracing::warn!("pruning seen ids failed: {e}");
-            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
                 _ = prune_stop.cancelled() => break,
+            }
+            if let Err(e) = prune_bus.prune_seen() {
+                tracing::warn!("pruning seen ids failed: {e}");
             }
         }
     });

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{Env, TestChannel, ask, reply_text, with_test_channel};
 use futures_util::StreamExt;
+use switchboard::store::{SledStore, Store, Tree};
 use switchboard_channel::{ChatKey, InboundMessage, Published, Sender};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
@@ -276,6 +277,41 @@ async fn the_same_inbound_id_is_processed_once() {
     assert_eq!(llm.request_count(), 2);
     shutdown.cancel();
     running.stopped().await;
+}
+
+#[tokio::test]
+async fn ids_a_store_of_the_previous_layout_has_seen_stay_duplicates() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    {
+        // Before seen ids were filed by day: the bare id, then when it was seen.
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(&env.data_dir()).unwrap());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        store
+            .put(Tree::Seen, b"test:old-1", &now.to_be_bytes())
+            .unwrap();
+        store.flush().await.unwrap();
+    }
+    let ch = Arc::new(TestChannel::default());
+    let key = ChatKey::new("test", "o");
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let tx = running.inbound();
+    assert_eq!(
+        tx.publish(inbound("test:old-1", &key, "again"))
+            .await
+            .unwrap(),
+        Published::Duplicate
+    );
+    tx.publish(inbound("test:new-1", &key, "new"))
+        .await
+        .unwrap();
+    ch.wait_for(1, WAIT).await;
+    shutdown.cancel();
+    running.stopped().await;
+    assert_eq!(llm.request_count(), 1, "only the new id reached the model");
 }
 
 #[tokio::test]

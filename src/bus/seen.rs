@@ -2,14 +2,15 @@
 //!
 //! A key is the day (days since 1970, 4 bytes big-endian) followed by the id, so the ids of
 //! one day sit together and in day order. Checking an id looks it up under today and the
-//! two days before, so it is remembered for at least [`SEEN_RETENTION`]. Pruning deletes
-//! the days before those, walking only their keys: the ids still kept are never read, so
-//! they are not pulled into sled's memory (a walk over every id did that, and the gateway
-//! prunes at start-up and every hour).
+//! two days before, so it is remembered for at least [`SEEN_RETENTION`], and under
+//! tomorrow, for a clock set back. Pruning deletes the days before those, walking only
+//! their keys: the ids still kept are never read, so they are not pulled into sled's
+//! memory (a walk over every id did that, and the gateway prunes at start-up and every
+//! hour).
 //!
-//! Stores from before this layout filed ids under the bare id; the first prune files them
-//! under the day of their timestamp (or drops them if that day has passed) and records in
-//! the meta tree that it did.
+//! Stores from before this layout filed ids under the bare id; the first prune (the gateway
+//! runs it before any intake) files them under the day of their timestamp, or drops them
+//! if that day has passed, and records in the meta tree that it did.
 
 use std::time::Duration;
 
@@ -36,10 +37,16 @@ fn key(day: u32, id: &[u8]) -> Vec<u8> {
     key
 }
 
-/// The keys `id` may be filed under at `now`, today's first.
+/// The keys `id` may be filed under at `now`, today's first. Tomorrow's is among them: a
+/// clock set back (a board without a battery-backed clock, then NTP) must not let
+/// through an id filed under what is now the future.
 fn keys(now_secs: u64, id: &str) -> impl Iterator<Item = Vec<u8>> + '_ {
     let today = day(now_secs);
-    (0..DAYS_CHECKED).map(move |back| key(today.saturating_sub(back), id.as_bytes()))
+    let earlier = (1..DAYS_CHECKED).map(move |back| today.saturating_sub(back));
+    std::iter::once(today)
+        .chain(std::iter::once(today.saturating_add(1)))
+        .chain(earlier)
+        .map(move |d| key(d, id.as_bytes()))
 }
 
 /// Whether `id` was seen within the retention.
@@ -68,13 +75,13 @@ pub(super) fn mark(batch: &mut Batch, now_secs: u64, id: &str) {
 pub(super) fn prune(store: &dyn Store, now_secs: u64) -> Result<usize, StoreError> {
     let first_kept = day(now_secs).saturating_sub(DAYS_CHECKED - 1);
     let mut batch = Batch::default();
+    let mut removed = 0;
     if store.get(Tree::Meta, FILED_BY_DAY)?.is_none() {
-        refile_bare_ids(store, first_kept, &mut batch)?;
+        removed += refile_bare_ids(store, first_kept, &mut batch)?;
         batch.put(Tree::Meta, FILED_BY_DAY, b"1".to_vec());
     }
     // Keys filed by day start with a zero byte (day numbers are below 2^24 until the
     // year 47 000), bare ids with a printable one; the walk stops at the first kept day.
-    let mut removed = 0;
     store.for_each(Tree::Seen, &[0], &mut |k, _| {
         let Some(d) = k.get(..4).and_then(|d| <[u8; 4]>::try_from(d).ok()) else {
             return true;
@@ -92,12 +99,14 @@ pub(super) fn prune(store: &dyn Store, now_secs: u64) -> Result<usize, StoreErro
     Ok(removed)
 }
 
-/// File the ids of the old layout (the bare id → when it was seen) under their day.
+/// File the ids of the old layout (the bare id → when it was seen) under their day;
+/// returns how many were past the retention and dropped instead.
 fn refile_bare_ids(
     store: &dyn Store,
     first_kept: u32,
     batch: &mut Batch,
-) -> Result<(), StoreError> {
+) -> Result<usize, StoreError> {
+    let mut dropped = 0;
     store.for_each(Tree::Seen, &[], &mut |k, v| {
         if k.first().is_none_or(|b| *b == 0) {
             return true;
@@ -105,10 +114,13 @@ fn refile_bare_ids(
         let at = <[u8; 8]>::try_from(v).map(u64::from_be_bytes).unwrap_or(0);
         if day(at) >= first_kept {
             batch.put(Tree::Seen, key(day(at), k), v.to_vec());
+        } else {
+            dropped += 1;
         }
         batch.delete(Tree::Seen, k.to_vec());
         true
-    })
+    })?;
+    Ok(dropped)
 }
 
 #[cfg(test)]
@@ -166,6 +178,17 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_id_filed_under_tomorrow_by_a_clock_set_back_is_still_a_duplicate() {
+        let (_dir, store) = store();
+        let s = &*store;
+        assert_eq!(seen_at(s, NOW + DAY_SECS, "discord:9"), Applied::Done);
+        assert!(is_seen(s, NOW, "discord:9").unwrap());
+        assert_eq!(seen_at(s, NOW, "discord:9"), Applied::Conflict);
+        assert_eq!(prune(s, NOW).unwrap(), 0);
+        assert!(is_seen(s, NOW, "discord:9").unwrap());
+    }
+
+    #[tokio::test]
     async fn ids_of_the_old_layout_are_filed_by_day_once() {
         let (_dir, store) = store();
         let s = &*store;
@@ -173,7 +196,7 @@ mod tests {
         for (id, at) in [("slack:a", old), ("slack:b", NOW - 60), ("api:c", NOW)] {
             s.put(Tree::Seen, id.as_bytes(), &at.to_be_bytes()).unwrap();
         }
-        assert_eq!(prune(s, NOW).unwrap(), 0);
+        assert_eq!(prune(s, NOW).unwrap(), 1);
         assert_eq!(
             all(s),
             [key(day(NOW), b"api:c"), key(day(NOW - 60), b"slack:b")]

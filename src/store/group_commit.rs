@@ -85,6 +85,9 @@ pub(super) fn writer(
 ) {
     let (mut bytes, mut commits) = (Vec::new(), Vec::new());
     let mut rotated = Instant::now();
+    // Once a journalled batch could not be applied to sled, no journal file is deleted:
+    // the next start applies them again.
+    let mut sled_failed = false;
     loop {
         let first = match rx.try_recv() {
             Ok(work) => work,
@@ -94,7 +97,8 @@ pub(super) fn writer(
                 match rx.recv_timeout(ROTATE_EVERY) {
                     Ok(work) => work,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if active.written == 0 && lock(&shared.pending).is_empty() {
+                        if sled_failed || (active.written == 0 && lock(&shared.pending).is_empty())
+                        {
                             continue;
                         }
                         // Quiet for a while: fold the journal into sled, as at shutdown.
@@ -147,6 +151,13 @@ pub(super) fn writer(
                 Ok(()) => write(&shared.trees, &batch.ops).map(|()| Applied::Done),
                 Err(e) => Err(fail(e)),
             };
+            if let (Ok(()), Err(e)) = (&durable, &result)
+                && !sled_failed
+            {
+                // sled may hold part of this batch; only the journal has all of it.
+                tracing::error!(error = %e, "store: a journalled write failed in sled; the journal is kept until the next start applies it again");
+                sled_failed = true;
+            }
             let _ = reply.send(result);
         }
         for (result, reply) in group.refused {
@@ -159,6 +170,14 @@ pub(super) fn writer(
             if let Err(e) = durable {
                 for reply in checkpoint {
                     let _ = reply.send(Err(fail(&e)));
+                }
+                continue;
+            }
+            if sled_failed {
+                for reply in checkpoint {
+                    let _ = reply.send(Err(StoreError::Backend(
+                        "a write to sled failed; the journal is kept for the next start".into(),
+                    )));
                 }
                 continue;
             }
@@ -181,12 +200,12 @@ pub(super) fn writer(
                     }
                 }
             }
-        } else if active.written >= ROTATE_BYTES
-            || (active.written > 0 && rotated.elapsed() >= ROTATE_EVERY)
+        } else if !sled_failed
+            && (active.written >= ROTATE_BYTES
+                || (active.written > 0 && rotated.elapsed() >= ROTATE_EVERY))
+            && let Some(closed) = rotate(&mut active, &mut rotated)
         {
-            if let Some(closed) = rotate(&mut active, &mut rotated) {
-                let _ = checkpoints.send((closed, None));
-            }
+            let _ = checkpoints.send((closed, None));
         }
     }
 }
