@@ -142,8 +142,9 @@ async fn main() {
             "{label:<26}{after:.1} MB right after, {settled:.1} MB 3 s later (idle was {idle:.1} MB)"
         );
     }
+    // The clients' connections close; the gateway trims again 5 s after it went quiet.
     drop(http);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     println!("RSS once clients left:    {:.1} MB", rss_mb(gw.child.id()));
     // Keep the gateway up for inspection (gdb, pmap…): BENCH_HOLD=<seconds>.
     if let Some(secs) = std::env::var("BENCH_HOLD")
