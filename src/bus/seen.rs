@@ -66,8 +66,8 @@ pub(super) fn mark(batch: &mut Batch, now_secs: u64, id: &str) {
         batch.require_absent(Tree::Seen, today.clone());
         batch.put(Tree::Seen, today, now_secs.to_be_bytes().to_vec());
     }
-    for earlier in keys {
-        batch.require_absent(Tree::Seen, earlier);
+    for other_day in keys {
+        batch.require_absent(Tree::Seen, other_day);
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -85,9 +86,6 @@ pub(super) fn writer(
 ) {
     let (mut bytes, mut commits) = (Vec::new(), Vec::new());
     let mut rotated = Instant::now();
-    // Once a journalled batch could not be applied to sled, no journal file is deleted:
-    // the next start applies them again.
-    let mut sled_failed = false;
     loop {
         let first = match rx.try_recv() {
             Ok(work) => work,
@@ -97,7 +95,8 @@ pub(super) fn writer(
                 match rx.recv_timeout(ROTATE_EVERY) {
                     Ok(work) => work,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if sled_failed || (active.written == 0 && lock(&shared.pending).is_empty())
+                        if shared.sled_failed.load(Ordering::Relaxed)
+                            || (active.written == 0 && lock(&shared.pending).is_empty())
                         {
                             continue;
                         }
@@ -152,11 +151,10 @@ pub(super) fn writer(
                 Err(e) => Err(fail(e)),
             };
             if let (Ok(()), Err(e)) = (&durable, &result)
-                && !sled_failed
+                && !shared.sled_failed.swap(true, Ordering::Relaxed)
             {
                 // sled may hold part of this batch; only the journal has all of it.
                 tracing::error!(error = %e, "store: a journalled write failed in sled; the journal is kept until the next start applies it again");
-                sled_failed = true;
             }
             let _ = reply.send(result);
         }
@@ -173,7 +171,7 @@ pub(super) fn writer(
                 }
                 continue;
             }
-            if sled_failed {
+            if shared.sled_failed.load(Ordering::Relaxed) {
                 for reply in checkpoint {
                     let _ = reply.send(Err(StoreError::Backend(
                         "a write to sled failed; the journal is kept for the next start".into(),
@@ -200,7 +198,7 @@ pub(super) fn writer(
                     }
                 }
             }
-        } else if !sled_failed
+        } else if !shared.sled_failed.load(Ordering::Relaxed)
             && (active.written >= ROTATE_BYTES
                 || (active.written > 0 && rotated.elapsed() >= ROTATE_EVERY))
             && let Some(closed) = rotate(&mut active, &mut rotated)

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -54,6 +55,9 @@ pub(super) struct Shared {
     pub(super) pending: Mutex<Vec<u8>>,
     /// How long each durable journal write took.
     pub(super) syncs: Arc<Histogram>,
+    /// A journalled batch could not be applied to sled (which may hold part of it): from
+    /// then on no journal file is deleted, so the next start applies them again.
+    pub(super) sled_failed: AtomicBool,
 }
 
 impl SledStore {
@@ -94,6 +98,7 @@ impl SledStore {
             trees,
             pending: Mutex::new(Vec::new()),
             syncs,
+            sled_failed: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let (ctx, crx) = mpsc::channel();
@@ -298,7 +303,7 @@ impl Drop for SledStore {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        if self.db.flush().is_ok() {
+        if self.db.flush().is_ok() && !self.shared.sled_failed.load(Ordering::Relaxed) {
             let _ = journal::remove_through(&self.journal_dir, u64::MAX);
         }
     }
