@@ -28,9 +28,6 @@ pub const IDLE_TRIMS: [Duration; 4] = [
     Duration::from_secs(100),
 ];
 
-/// How long the gateway must stay without running chats before it first trims its heap.
-pub const IDLE_TRIM_AFTER: Duration = IDLE_TRIMS[0];
-
 /// Return free heap pages to the operating system. A no-op where the allocator is not
 /// glibc's (musl, other systems), whose allocators do not hold on to pages this way.
 pub fn release_free_memory() {

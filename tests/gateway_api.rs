@@ -458,7 +458,7 @@ async fn the_heap_is_trimmed_once_the_last_chat_goes_quiet() {
     ask(&base, "quick", "hello").await;
     wait_for_trims(1).await;
     // A turn that runs longer than the idle delay: no trim while it runs.
-    let slow = switchboard::memory::IDLE_TRIM_AFTER * 2;
+    let slow = switchboard::memory::IDLE_TRIMS[0] * 2;
     llm.push(Reply::text("done thinking").with_delay(slow));
     let started = Instant::now();
     let v = ask(&base, "slow", "think slowly").await;

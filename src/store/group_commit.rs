@@ -165,26 +165,13 @@ pub(super) fn writer(
             let _ = reply.send(durable.as_ref().map(|_| ()).map_err(fail));
         }
         if !checkpoint.is_empty() {
-            if let Err(e) = durable {
-                for reply in checkpoint {
-                    let _ = reply.send(Err(fail(&e)));
-                }
-                continue;
-            }
-            if shared.sled_failed.load(Ordering::Relaxed) {
-                for reply in checkpoint {
-                    let _ = reply.send(Err(StoreError::Backend(
-                        "a write to sled failed; the journal is kept for the next start".into(),
-                    )));
-                }
-                continue;
-            }
             // Everything up to the active file (made empty by rotating) goes; the
-            // checkpointer answers once sled has it all.
-            let through = if active.written > 0 {
-                rotate(&mut active, &mut rotated)
-            } else {
-                Some(active.seq - 1)
+            // checkpointer answers once sled has it all. After a failed write (logged
+            // above or in `rotate`) the journal stays for the next start.
+            let through = match (&durable, shared.sled_failed.load(Ordering::Relaxed)) {
+                (Ok(()), false) if active.written > 0 => rotate(&mut active, &mut rotated),
+                (Ok(()), false) => Some(active.seq - 1),
+                _ => None,
             };
             for reply in checkpoint {
                 match through {
@@ -193,7 +180,7 @@ pub(super) fn writer(
                     }
                     None => {
                         let _ = reply.send(Err(StoreError::Backend(
-                            "cannot start a new journal file".into(),
+                            "a write failed; the journal is kept for the next start".into(),
                         )));
                     }
                 }
