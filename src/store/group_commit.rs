@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::journal::{self, Active};
-use super::sled_store::{Shared, backend, lock, write};
+use super::sled_store::{Shared, backend, lock};
 use super::{Applied, Batch, Op, StoreError, Tree};
 
 /// Most writes the writer takes into one group.
@@ -147,7 +147,7 @@ pub(super) fn writer(
         let fail = |e: &String| StoreError::Backend(format!("journal write failed: {e}"));
         for (batch, reply) in group.accepted {
             let result = match &durable {
-                Ok(()) => write(&shared.trees, &batch.ops).map(|()| Applied::Done),
+                Ok(()) => shared.write_journalled(&batch.ops).map(|()| Applied::Done),
                 Err(e) => Err(fail(e)),
             };
             if let (Ok(()), Err(e)) = (&durable, &result)

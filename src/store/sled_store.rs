@@ -58,6 +58,9 @@ pub(super) struct Shared {
     /// A journalled batch could not be applied to sled (which may hold part of it): from
     /// then on no journal file is deleted, so the next start applies them again.
     pub(super) sled_failed: AtomicBool,
+    /// Tests: sled refuses every write the writer applies, as a full disk would.
+    #[cfg(test)]
+    pub(super) refuse_writes: AtomicBool,
 }
 
 impl SledStore {
@@ -99,6 +102,8 @@ impl SledStore {
             pending: Mutex::new(Vec::new()),
             syncs,
             sled_failed: AtomicBool::new(false),
+            #[cfg(test)]
+            refuse_writes: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let (ctx, crx) = mpsc::channel();
@@ -193,6 +198,15 @@ pub(super) fn write(trees: &[sled::Tree], ops: &[Op]) -> Result<(), StoreError> 
 }
 
 impl Shared {
+    /// Apply a journalled batch to sled (the writer thread).
+    pub(super) fn write_journalled(&self, ops: &[Op]) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if self.refuse_writes.load(Ordering::Relaxed) {
+            return Err(backend("No space left on device (os error 28)"));
+        }
+        write(&self.trees, ops)
+    }
+
     /// Whether every key of `absent` is absent: as `written` (a group's writes so far)
     /// leaves it, else as sled has it.
     pub(super) fn all_absent(
@@ -535,6 +549,39 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         assert_eq!(meta(&s, "a").as_deref(), Some(&b"1"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_write_sled_refuses_stays_in_the_journal_for_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = SledStore::open(dir.path()).unwrap();
+            commit_meta(&s, &[("before", "1")]).await;
+            s.shared.refuse_writes.store(true, Ordering::Relaxed);
+            let mut b = Batch::default();
+            b.put(Tree::Meta, "refused", "2");
+            b.put(Tree::Inbox, 7u64.to_be_bytes(), "message");
+            let err = s.commit(b).await.unwrap_err();
+            assert!(err.to_string().contains("No space left"), "{err}");
+            assert_eq!(meta(&s, "refused"), None);
+            // Neither a checkpoint nor the store's end may delete what only the journal has.
+            let err = s.checkpoint().await.unwrap_err();
+            assert!(err.to_string().contains("journal is kept"), "{err}");
+            assert!(journal_bytes(dir.path()) > 0);
+        }
+        assert!(
+            journal_bytes(dir.path()) > 0,
+            "closing the store deleted the journal"
+        );
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(meta(&s, "before").as_deref(), Some(&b"1"[..]));
+        assert_eq!(meta(&s, "refused").as_deref(), Some(&b"2"[..]));
+        assert_eq!(
+            s.get(Tree::Inbox, &7u64.to_be_bytes()).unwrap().as_deref(),
+            Some(&b"message"[..])
+        );
+        // Applied and checked in: the journal goes as usual again.
+        assert_eq!(journal_bytes(dir.path()), 0);
     }
 
     #[tokio::test]
