@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 /// When the gateway trims its heap, counted from the moment its last chat went quiet: soon,
 /// then again while it stays quiet, because memory is also freed after the chats end:
 /// HTTP clients that disconnect later (1 000 of them held ~20 MB), the LLM client's idle
-/// connections closed after 90 s.
+/// connections, closed 30–60 s after their last turn (see `llm::openai::POOL_IDLE`).
 pub const IDLE_TRIMS: [Duration; 4] = [
     Duration::from_secs(1),
     Duration::from_secs(5),

@@ -326,3 +326,27 @@ async fn gives_up_with_the_last_error_when_every_model_fails() {
     assert!(matches!(err, LlmError::Unavailable(_)), "{err:?}");
     assert_eq!(llm.request_count(), 4, "1 + 1 retry for each of two models");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_connection_is_reused_for_a_while_then_closed() {
+    let llm = FakeLlm::start().await;
+    let p = OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap();
+    p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    // Soon after: the same connection.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    // After a longer pause the gateway has closed it (before a provider's own keep-alive,
+    // 60 s and more, would): a new connection.
+    tokio::time::sleep(switchboard::llm::openai::POOL_IDLE + Duration::from_secs(1)).await;
+    p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    let peers: Vec<_> = llm.requests().iter().map(|r| r.peer).collect();
+    assert_eq!(peers.len(), 3);
+    assert_eq!(
+        peers[0], peers[1],
+        "a connection used 10 s before is reused"
+    );
+    assert_ne!(
+        peers[1], peers[2],
+        "a connection idle past POOL_IDLE is not"
+    );
+}

@@ -146,6 +146,19 @@ async fn main() {
     drop(http);
     tokio::time::sleep(Duration::from_secs(3)).await;
     println!("RSS once clients left:    {:.1} MB", rss_mb(gw.child.id()));
+    // Settled: the LLM client's idle connections have closed (within 60 s) and the gateway
+    // has trimmed its heap the last time (100 s after it went quiet). BENCH_SETTLE=0 skips.
+    let settle: u64 = std::env::var("BENCH_SETTLE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(105);
+    if settle > 0 {
+        tokio::time::sleep(Duration::from_secs(settle)).await;
+        println!(
+            "RSS {settle} s later:          {:.1} MB (idle was {idle:.1} MB)",
+            rss_mb(gw.child.id())
+        );
+    }
     // Keep the gateway up for inspection (gdb, pmap…): BENCH_HOLD=<seconds>.
     if let Some(secs) = std::env::var("BENCH_HOLD")
         .ok()

@@ -151,11 +151,20 @@ struct StreamOptions {
     include_usage: bool,
 }
 
+/// How long an idle connection to the provider is kept for the next turn. Shorter than
+/// providers' own keep-alive (60 s and more), so the gateway closes first and never sends
+/// a turn down a connection the server is closing. After a burst the pool holds one
+/// connection per turn that ran at once (up to `gateway.max_concurrent_turns`, ~35 KB
+/// each); they close within twice this time (hyper checks the pool every 30 s), before the
+/// gateway's last idle heap trim. A turn after a longer pause pays one TLS handshake.
+pub const POOL_IDLE: Duration = Duration::from_secs(30);
+
 /// The HTTP client of a provider: `timeout` for a whole request, connections kept for reuse.
 pub(crate) fn client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(POOL_IDLE)
         .pool_max_idle_per_host(256)
         .build()
         .map_err(|e| LlmError::Refused(format!("cannot build the HTTP client: {e}")))

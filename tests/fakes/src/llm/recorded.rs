@@ -8,6 +8,8 @@ use tokio::time::Instant;
 /// One request as it crossed the wire.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
+    /// The client's address: requests from the same port came down the same connection.
+    pub peer: std::net::SocketAddr,
     /// Request path, e.g. `/v1/chat/completions`.
     pub path: String,
     /// The body's `model` (empty when absent).

@@ -1,12 +1,13 @@
 //! HTTP side of the fake LLM: routes, request recording, reply selection, responses.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -77,6 +78,8 @@ pub(super) fn spawn(listener: TcpListener, shared: Arc<Shared>, token: Cancellat
         .layer(DefaultBodyLimit::disable())
         .with_state(shared);
     tokio::spawn(async move {
+        // Each request records its client's address: one port is one connection.
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(token.cancelled_owned())
             .await;
@@ -88,26 +91,29 @@ pub(super) fn spawn(listener: TcpListener, shared: Arc<Shared>, token: Cancellat
 
 async fn openai_chat(
     State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    complete(&shared, Provider::OpenAi, uri, headers, body).await
+    complete(&shared, Provider::OpenAi, peer, uri, headers, body).await
 }
 
 async fn anthropic_messages(
     State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    complete(&shared, Provider::Anthropic, uri, headers, body).await
+    complete(&shared, Provider::Anthropic, peer, uri, headers, body).await
 }
 
 /// One completion request, whichever the provider.
 async fn complete(
     shared: &Shared,
     provider: Provider,
+    peer: SocketAddr,
     uri: Uri,
     headers: HeaderMap,
     raw: Bytes,
@@ -130,7 +136,7 @@ async fn complete(
     let invalid = validate(provider, &headers, &body, api_key.as_deref());
     // Scripts are consumed only by requests the real API would have accepted.
     let picked = invalid.is_none().then(|| pick(shared, &model, &body));
-    record(shared, uri.path(), &model, &headers, body, stream, at);
+    record(shared, peer, uri.path(), &model, &headers, body, stream, at);
 
     if let Some(rendered) = invalid {
         return respond(rendered, Duration::ZERO, id, false);
@@ -234,8 +240,10 @@ fn pick(shared: &Shared, model: &str, body: &Value) -> (Reply, Duration, usize) 
 
 /// Records the request (when recording is on) and bumps the count, in that order, so a
 /// waiter woken by the count finds the request recorded.
+#[allow(clippy::too_many_arguments)]
 fn record(
     shared: &Shared,
+    peer: SocketAddr,
     path: &str,
     model: &str,
     headers: &HeaderMap,
@@ -255,6 +263,7 @@ fn record(
                 .or_insert(value);
         }
         let request = RecordedRequest {
+            peer,
             path: path.to_owned(),
             model: model.to_owned(),
             headers: map,
@@ -268,12 +277,26 @@ fn record(
 }
 
 /// `GET /v1/models`, in Anthropic's shape when `anthropic-version` is sent.
-async fn models(State(shared): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+async fn models(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let at = Instant::now();
     let id = shared.ids.fetch_add(1, Ordering::Relaxed);
     let models = shared.lock().models.clone();
     let anthropic = headers.contains_key("anthropic-version");
-    record(&shared, uri.path(), "", &headers, Value::Null, false, at);
+    record(
+        &shared,
+        peer,
+        uri.path(),
+        "",
+        &headers,
+        Value::Null,
+        false,
+        at,
+    );
     let body = if anthropic {
         let data: Vec<Value> = models
             .iter()
