@@ -442,6 +442,7 @@ impl Running {
         if let Err(e) = self.shared.store.checkpoint().await {
             tracing::error!("final flush failed: {e}");
         }
+        self.shared.bus.release_handler();
         crate::http::admin::remove_files(&self.data_dir);
         tracing::info!("stopped");
     }

@@ -481,3 +481,27 @@ async fn the_heap_is_trimmed_once_the_last_chat_goes_quiet() {
     shutdown.cancel();
     running.stopped().await;
 }
+
+#[tokio::test]
+async fn a_stopped_gateway_lets_go_of_its_store_so_it_can_start_again_in_process() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    llm.push(Reply::text("Nice to meet you, Ada."));
+    ask(&base(&running), "alice", "Hi, I'm Ada").await;
+    shutdown.cancel();
+    running.stopped().await;
+
+    // Everything the first gateway held is gone, the store's lock with it: a second one
+    // starts on the same data and has the session.
+    let (running, shutdown) = env.start(Default::default()).await;
+    ask(&base(&running), "alice", "What's my name?").await;
+    let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();
+    assert!(
+        reqs[1].body.to_string().contains("Nice to meet you, Ada."),
+        "{}",
+        reqs[1].body
+    );
+    shutdown.cancel();
+    running.stopped().await;
+}

@@ -13,7 +13,7 @@ mod worker;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -89,7 +89,9 @@ struct Slot {
 /// The message bus. Cheap to share as `Arc<Bus>`.
 pub struct Bus {
     store: Arc<dyn Store>,
-    handler: OnceLock<Arc<dyn TurnHandler>>,
+    /// The agent. It refers back to the bus (publisher, `/status`, scheduler), so a stopped
+    /// gateway drops it ([`Bus::release_handler`]) to let the bus and its store go.
+    handler: RwLock<Option<Arc<dyn TurnHandler>>>,
     slots: Mutex<HashMap<ChatKey, Slot>>,
     turns: Arc<Semaphore>,
     queued: Arc<Semaphore>,
@@ -120,7 +122,7 @@ impl Bus {
         let outbox = Outbox::new(store.clone(), channels, metrics.clone(), shutdown.clone());
         Arc::new(Self {
             store,
-            handler: OnceLock::new(),
+            handler: RwLock::new(None),
             slots: Mutex::new(HashMap::new()),
             turns: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
             queued: Arc::new(Semaphore::new(MAX_QUEUED)),
@@ -132,9 +134,26 @@ impl Bus {
         })
     }
 
-    /// Set the turn handler (once, before messages flow).
+    /// Set the turn handler (before messages flow).
     pub fn set_handler(&self, handler: Arc<dyn TurnHandler>) {
-        let _ = self.handler.set(handler);
+        *self.handler.write().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    /// Drop the turn handler once no turn runs any more (a stopped gateway): the reference
+    /// cycle through it would otherwise keep the bus, the store and its lock alive for as
+    /// long as the process lives.
+    pub fn release_handler(&self) {
+        self.handler
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+
+    fn handler(&self) -> Option<Arc<dyn TurnHandler>> {
+        self.handler
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Wait until no chat has work any more (after the last one finished since the previous

@@ -25,7 +25,7 @@ impl Bus {
                 _ = self.shutdown.cancelled() => break,
             };
             let Ok(permit) = permit else { break };
-            let Some(handler) = self.handler.get().cloned() else {
+            let Some(handler) = self.handler() else {
                 tracing::error!("no turn handler installed; leaving messages in the inbox");
                 break;
             };
