@@ -195,9 +195,8 @@ impl Bus {
             if msg.truncate_oversized() {
                 tracing::info!(id = %msg.id, "inbound text cut at {} characters", switchboard_channel::MAX_INBOUND_CHARS);
             }
-            if (several && !ids.insert(msg.id.clone()))
-                || seen::is_seen(&*self.store, now_secs(), &msg.id)?
-            {
+            // Ids seen before are refused by the durable write (`seen::mark`).
+            if several && !ids.insert(msg.id.clone()) {
                 self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
