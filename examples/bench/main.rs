@@ -109,10 +109,7 @@ async fn main() {
     // 4. Memory per 10 000 chats, twice over (20 000 distinct chats in all): the second
     // round shows whether memory grows with the number of chats ever seen. BENCH_CHATS
     // changes the 10 000 (100 shows the cost of the first burst alone).
-    let chats: usize = std::env::var("BENCH_CHATS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
+    let chats = env_number("BENCH_CHATS").unwrap_or(10_000) as usize;
     for round in 0..2 {
         let label = format!("RSS after {} chats:", (round + 1) * chats);
         let mut tasks = Vec::new();
@@ -148,10 +145,7 @@ async fn main() {
     println!("RSS once clients left:    {:.1} MB", rss_mb(gw.child.id()));
     // Settled: the LLM client's idle connections have closed (within 60 s) and the gateway
     // has trimmed its heap the last time (100 s after it went quiet). BENCH_SETTLE=0 skips.
-    let settle: u64 = std::env::var("BENCH_SETTLE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(105);
+    let settle = env_number("BENCH_SETTLE").unwrap_or(105);
     if settle > 0 {
         tokio::time::sleep(Duration::from_secs(settle)).await;
         println!(
@@ -160,10 +154,7 @@ async fn main() {
         );
     }
     // Keep the gateway up for inspection (gdb, pmap…): BENCH_HOLD=<seconds>.
-    if let Some(secs) = std::env::var("BENCH_HOLD")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(secs) = env_number("BENCH_HOLD") {
         println!("holding gateway pid {} for {secs} s", gw.child.id());
         tokio::time::sleep(Duration::from_secs(secs)).await;
     }
@@ -197,4 +188,9 @@ async fn paced(http: &reqwest::Client, base: &str, skip: bool, label: &str) {
     .await;
     let how = format!("({label}; HTTP round trip incl. durable writes)");
     window.close("overhead at 100 msg/s:", &lat, &how).await;
+}
+
+/// A number from the environment (`BENCH_CHATS`, `BENCH_SETTLE`, `BENCH_HOLD`).
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
 }

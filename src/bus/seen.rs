@@ -37,15 +37,14 @@ fn key(day: u32, id: &[u8]) -> Vec<u8> {
     key
 }
 
-/// The keys `id` may be filed under at `now`, today's first. Tomorrow's is among them: a
-/// clock set back (a board without a battery-backed clock, then NTP) must not let
+/// The keys `id` may be filed under at `now`: today, the days before it, and tomorrow, as
+/// a clock set back (a board without a battery-backed clock, then NTP) must not let
 /// through an id filed under what is now the future.
 fn keys(now_secs: u64, id: &str) -> impl Iterator<Item = Vec<u8>> + '_ {
     let today = day(now_secs);
-    let earlier = (1..DAYS_CHECKED).map(move |back| today.saturating_sub(back));
-    std::iter::once(today)
+    (0..DAYS_CHECKED)
+        .map(move |back| today.saturating_sub(back))
         .chain(std::iter::once(today.saturating_add(1)))
-        .chain(earlier)
         .map(move |d| key(d, id.as_bytes()))
 }
 
@@ -57,13 +56,18 @@ fn keys(now_secs: u64, id: &str) -> impl Iterator<Item = Vec<u8>> + '_ {
 /// message, and sled consolidates and splits the nodes a lookup walks, so after 20 000
 /// chats 1.25 MB of sled's nodes had been built there, scattered among freed memory.
 pub(super) fn mark(batch: &mut Batch, now_secs: u64, id: &str) {
-    let mut keys = keys(now_secs, id);
-    if let Some(today) = keys.next() {
-        batch.require_absent(Tree::Seen, today.clone());
-        batch.put(Tree::Seen, today, now_secs.to_be_bytes().to_vec());
-    }
-    for other_day in keys {
-        batch.require_absent(Tree::Seen, other_day);
+    require_unseen(batch, now_secs, id);
+    batch.put(
+        Tree::Seen,
+        key(day(now_secs), id.as_bytes()),
+        now_secs.to_be_bytes().to_vec(),
+    );
+}
+
+/// Add to `batch`: `id` must not have been seen within the retention.
+fn require_unseen(batch: &mut Batch, now_secs: u64, id: &str) {
+    for k in keys(now_secs, id) {
+        batch.require_absent(Tree::Seen, k);
     }
 }
 
@@ -154,9 +158,7 @@ mod tests {
     /// Whether `mark` at `now` finds `id` seen (without marking it).
     fn is_seen(store: &dyn Store, now_secs: u64, id: &str) -> Result<bool, StoreError> {
         let mut probe = Batch::default();
-        for k in keys(now_secs, id) {
-            probe.require_absent(Tree::Seen, k);
-        }
+        require_unseen(&mut probe, now_secs, id);
         Ok(store.apply(probe)? == Applied::Conflict)
     }
 

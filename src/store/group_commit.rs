@@ -34,8 +34,9 @@ type Done = oneshot::Sender<Result<(), StoreError>>;
 pub(super) enum Work {
     Commit(Batch, Reply),
     Flush(Done),
-    /// Make everything durable in sled itself and delete the journal written so far.
-    Checkpoint(Done),
+    /// Make everything durable in sled itself and delete the journal written so far; the
+    /// writer sends itself one, answered to nobody, once the store has been quiet.
+    Checkpoint(Option<Done>),
 }
 
 /// For the checkpoint thread: the journal files up to this one are to go, and who waits
@@ -101,7 +102,7 @@ pub(super) fn writer(
                             continue;
                         }
                         // Quiet for a while: fold the journal into sled, as at shutdown.
-                        Work::Checkpoint(oneshot::channel().0)
+                        Work::Checkpoint(None)
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
@@ -174,15 +175,16 @@ pub(super) fn writer(
                 _ => None,
             };
             for reply in checkpoint {
-                match through {
-                    Some(seq) => {
-                        let _ = checkpoints.send((seq, Some(reply)));
+                match (through, reply) {
+                    (Some(seq), reply) => {
+                        let _ = checkpoints.send((seq, reply));
                     }
-                    None => {
+                    (None, Some(reply)) => {
                         let _ = reply.send(Err(StoreError::Backend(
                             "a write failed; the journal is kept for the next start".into(),
                         )));
                     }
+                    (None, None) => {}
                 }
             }
         } else if !shared.sled_failed.load(Ordering::Relaxed)

@@ -291,7 +291,7 @@ impl Store for SledStore {
 
     async fn checkpoint(&self) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.send(Work::Checkpoint(tx))?;
+        self.send(Work::Checkpoint(Some(tx)))?;
         rx.await
             .map_err(|_| StoreError::Backend("the store writer stopped".into()))?
     }
