@@ -171,6 +171,11 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
         let (ok, _, err) = config_check(toml);
         assert!(!ok, "{toml} should fail");
         assert!(err.contains(want), "{toml}: {err}");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "one line, the key once: {err}"
+        );
     }
     let (ok, out, _) = config_check("[agent]\nmax_iteratons = 3\n");
     assert!(ok);

@@ -71,7 +71,12 @@ pub fn load_str(text: &str, base: &Path) -> Result<Loaded, ConfigError> {
 
 /// Turn serde's wording into what a person editing a TOML file understands.
 fn friendly(msg: &str) -> String {
-    let msg = msg.trim();
+    // toml ends a custom error with a line naming the key, which the caller already leads
+    // with: "expected a duration …\nin `heartbeat.interval`".
+    let msg = match msg.trim().rsplit_once('\n') {
+        Some((head, tail)) if tail.starts_with("in `") => head.trim(),
+        _ => msg.trim(),
+    };
     for (pat, say) in [
         ("expected u32", "expected an integer"),
         ("expected u64", "expected an integer"),
