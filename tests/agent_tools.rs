@@ -67,6 +67,9 @@ async fn path_and_symlink_escapes_are_refused() {
     std::fs::write(&outside, "top secret").unwrap();
     std::os::unix::fs::symlink(&outside, h.workspace().join("link.txt")).unwrap();
     std::os::unix::fs::symlink(h.dir.path(), h.workspace().join("updir")).unwrap();
+    // A symlink to a file outside that does not exist yet: writing through it would create it.
+    let planted = h.dir.path().join("planted.txt");
+    std::os::unix::fs::symlink(&planted, h.workspace().join("dangling")).unwrap();
     h.llm.push(Reply::tool_calls([
         ("read_file", json!({"path": "../secret.txt"})),
         ("read_file", json!({"path": outside.to_str().unwrap()})),
@@ -80,6 +83,7 @@ async fn path_and_symlink_escapes_are_refused() {
             "write_file",
             json!({"path": "inside/ok.txt", "content": "fine"}),
         ),
+        ("write_file", json!({"path": "dangling", "content": "x"})),
     ]));
     h.llm.push(Reply::text("done"));
     turn(&h.agent(), &h.store, msg("t:1", "go")).await;
@@ -93,6 +97,8 @@ async fn path_and_symlink_escapes_are_refused() {
     assert!(!results.iter().any(|r| r.contains("top secret")));
     assert!(!h.dir.path().join("new.txt").exists());
     assert!(results[5].starts_with("wrote 4 bytes"), "{}", results[5]);
+    assert!(results[6].starts_with("error: refused:"), "{}", results[6]);
+    assert!(!planted.exists(), "written through a dangling symlink");
 }
 
 #[tokio::test]

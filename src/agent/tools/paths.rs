@@ -31,6 +31,13 @@ pub fn resolve(ctx: &ToolContext, path: &str) -> Result<PathBuf, ToolError> {
         match existing.canonicalize() {
             Ok(p) => break p,
             Err(_) => {
+                // It exists but does not resolve: a symlink to nowhere (or a loop). Writing
+                // through it would create its target wherever that is.
+                if existing.symlink_metadata().is_ok() {
+                    return Err(ToolError::Refused(format!(
+                        "{path}: a symlink that does not resolve"
+                    )));
+                }
                 let Some(parent) = existing.parent() else {
                     return Err(ToolError::Failed(format!("{path}: no such path")));
                 };

@@ -223,7 +223,11 @@ fn decode_entities(s: &str) -> String {
     while let Some(p) = rest.find('&') {
         out.push_str(&rest[..p]);
         rest = &rest[p..];
-        let end = rest[..rest.len().min(12)].find(';');
+        // By bytes: the 12th byte may fall inside a character ("&Москва"); `;` is ASCII, so
+        // where it is found is a character boundary.
+        let end = rest.as_bytes()[..rest.len().min(12)]
+            .iter()
+            .position(|&b| b == b';');
         let decoded = end.and_then(|e| {
             let ent = &rest[1..e];
             let c = match ent {
@@ -359,6 +363,16 @@ mod tests {
         assert_eq!(
             html_to_text(html),
             "T\n\nHello & welcome\n\nOne two\n\n- a\n- b \u{263A}"
+        );
+    }
+
+    #[test]
+    fn an_ampersand_before_other_scripts_is_kept_as_text() {
+        // The 12 bytes after `&` end inside a character here.
+        assert_eq!(html_to_text("<p>&Москва</p>"), "&Москва");
+        assert_eq!(
+            html_to_text("<p>&amp;中文中 &中文中文</p>"),
+            "&中文中 &中文中文"
         );
     }
 }
