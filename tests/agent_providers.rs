@@ -242,6 +242,31 @@ async fn errors_are_classified() {
     ));
 }
 
+#[tokio::test]
+async fn a_refusal_quoting_the_api_key_never_repeats_it() {
+    let llm = FakeLlm::start().await;
+    let key = "sk-proj-SECRET-4711";
+    let refusal = json!({"error": {"message": format!("Incorrect API key provided: {key}"),
+        "type": "invalid_request_error"}});
+    let p = OpenAi::new(&llm.base_url(), Some(key.into()), Duration::from_secs(10)).unwrap();
+    let a = Anthropic::new(&llm.url(), Some(key.into()), Duration::from_secs(10)).unwrap();
+    for provider in [&p as &dyn LlmProvider, &a] {
+        llm.push(Reply::error(401, refusal.clone()));
+        let e = provider.complete(&request("m"), None).await.unwrap_err();
+        let logged = e.to_string();
+        assert!(
+            logged.contains("HTTP 401") && logged.contains("Incorrect API key"),
+            "{logged}"
+        );
+        assert!(!logged.contains(key), "{logged}");
+        // What the user is told: the kind of failure and the status, not the provider's text.
+        assert_eq!(
+            e.brief(),
+            "the model provider refused the request, HTTP 401"
+        );
+    }
+}
+
 type Sleeps = Arc<Mutex<Vec<Duration>>>;
 
 fn recording_sleep() -> (switchboard::llm::resilient::SleepFn, Sleeps) {

@@ -266,7 +266,7 @@ impl LlmProvider for Anthropic {
         if let Some(key) = &self.api_key {
             rb = rb.header("x-api-key", key);
         }
-        let resp = send_checked(rb).await?;
+        let resp = send_checked(rb, self.api_key.as_deref()).await?;
         if !stream {
             return parse_full(&read_json(resp).await?);
         }

@@ -122,6 +122,23 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// What a user is told: the kind of failure and the HTTP status, never the provider's
+    /// own words (which the logs keep).
+    pub fn brief(&self) -> String {
+        match self {
+            LlmError::RateLimited { .. } => "the model provider is rate limiting requests".into(),
+            LlmError::Unavailable(_) => "the model provider is unavailable".into(),
+            LlmError::ContextOverflow => "the conversation is too long for the model".into(),
+            LlmError::Refused(detail) => match detail.split(':').next() {
+                Some(status) if status.starts_with("HTTP ") => {
+                    format!("the model provider refused the request, {status}")
+                }
+                _ => "the model provider refused the request".into(),
+            },
+            LlmError::Protocol(_) => "the model provider's answer could not be read".into(),
+        }
+    }
+
     /// Worth retrying the same model (429, 5xx, 529, connection errors).
     pub fn is_retryable(&self) -> bool {
         matches!(

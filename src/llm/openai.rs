@@ -187,18 +187,31 @@ pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -
     }
 }
 
+/// `Retry-After` as seconds or as an HTTP date; `None` when it is neither (or absurd, like
+/// `inf`), and the usual backoff applies.
 pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let v = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| *s >= 0.0)
-        .map(Duration::from_secs_f64)
+    let v = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+    Some(
+        (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default(),
+    )
 }
 
-/// Send a provider request; a non-2xx answer becomes the matching [`LlmError`].
+/// Send a provider request; a non-2xx answer becomes the matching [`LlmError`]. The answer's
+/// body is kept for the logs with `api_key` blotted out: providers quote the key they refused
+/// ("Incorrect API key provided: sk-…").
 pub(crate) async fn send_checked(
     rb: reqwest::RequestBuilder,
+    api_key: Option<&str>,
 ) -> Result<reqwest::Response, LlmError> {
     let resp = rb.send().await.map_err(transport)?;
     if resp.status().is_success() {
@@ -206,7 +219,10 @@ pub(crate) async fn send_checked(
     }
     let status = resp.status().as_u16();
     let ra = retry_after(resp.headers());
-    let body = resp.text().await.unwrap_or_default();
+    let mut body = resp.text().await.unwrap_or_default();
+    if let Some(key) = api_key.filter(|k| !k.is_empty()) {
+        body = body.replace(key, "[redacted]");
+    }
     Err(classify(status, ra, &body))
 }
 
@@ -245,7 +261,7 @@ impl LlmProvider for OpenAi {
         if let Some(key) = &self.api_key {
             rb = rb.bearer_auth(key);
         }
-        let resp = send_checked(rb).await?;
+        let resp = send_checked(rb, self.api_key.as_deref()).await?;
         if !stream {
             return parse_full(&read_json(resp).await?);
         }
@@ -389,6 +405,31 @@ mod tests {
 
     use super::*;
     use crate::llm::{ChatMessage, ToolSpec};
+
+    #[test]
+    fn retry_after_takes_seconds_or_a_date_and_never_panics() {
+        let ra = |v: &str| {
+            let mut h = reqwest::header::HeaderMap::new();
+            h.insert(reqwest::header::RETRY_AFTER, v.parse().unwrap());
+            retry_after(&h)
+        };
+        assert_eq!(ra("7"), Some(Duration::from_secs(7)));
+        assert_eq!(ra("1.5"), Some(Duration::from_millis(1500)));
+        for absurd in ["inf", "NaN", "1e20", "-3", "soon"] {
+            assert_eq!(ra(absurd), None, "{absurd}");
+        }
+        let later = chrono::Utc::now() + chrono::Duration::seconds(30);
+        let d = ra(&later.format("%a, %d %b %Y %H:%M:%S GMT").to_string()).unwrap();
+        assert!(
+            d > Duration::from_secs(25) && d <= Duration::from_secs(30),
+            "{d:?}"
+        );
+        assert_eq!(
+            ra("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO),
+            "a date in the past: retry now"
+        );
+    }
 
     #[test]
     fn body_has_the_chat_completions_shape() {

@@ -21,8 +21,10 @@ pub type SleepFn = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Sen
 
 /// First backoff delay.
 const BASE_DELAY: Duration = Duration::from_secs(2);
-/// Longest backoff delay (and longest `Retry-After` honoured).
-const MAX_DELAY: Duration = Duration::from_secs(60);
+/// Longest backoff delay: 2 s·2^7, so the default 8 retries follow 2 s·2^(n-1) throughout.
+const MAX_DELAY: Duration = Duration::from_secs(256);
+/// Longest `Retry-After` honoured (a provider asking for more is waited on this long).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// How long a model that exhausted its retries is skipped.
 const COOL_DOWN: Duration = Duration::from_secs(60);
 
@@ -93,7 +95,7 @@ impl Resilient {
         match err {
             LlmError::RateLimited {
                 retry_after: Some(d),
-            } => (*d).min(MAX_DELAY),
+            } => (*d).min(MAX_RETRY_AFTER),
             _ => crate::backoff::delay(attempt, BASE_DELAY, MAX_DELAY),
         }
     }
