@@ -167,6 +167,14 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
             "channels.slack.group_policy",
         ),
         ("[heartbeat]\ninterval = 5\n", "heartbeat.interval"),
+        (
+            "[channels.telegram]\ntoken_env = \"123456:AAH-SECRET\"\n",
+            "channels.telegram.token_env: must name an environment variable",
+        ),
+        (
+            "[llm]\napi_key_env = \"sk-proj-SECRET\"\n",
+            "llm.api_key_env: must name an environment variable",
+        ),
     ] {
         let (ok, _, err) = config_check(toml);
         assert!(!ok, "{toml} should fail");
@@ -175,6 +183,10 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
             err.trim().lines().count(),
             1,
             "one line, the key once: {err}"
+        );
+        assert!(
+            !err.contains("SECRET"),
+            "a pasted secret is not repeated: {err}"
         );
     }
     let (ok, out, _) = config_check("[agent]\nmax_iteratons = 3\n");

@@ -244,10 +244,54 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
             ),
         ));
     }
+    for (key, name) in [
+        ("llm.api_key_env", &l.api_key_env),
+        (
+            "channels.telegram.token_env",
+            &c.channels.telegram.token_env,
+        ),
+        ("channels.discord.token_env", &c.channels.discord.token_env),
+        (
+            "channels.slack.bot_token_env",
+            &c.channels.slack.bot_token_env,
+        ),
+        (
+            "channels.slack.app_token_env",
+            &c.channels.slack.app_token_env,
+        ),
+        (
+            "channels.slack.signing_secret_env",
+            &c.channels.slack.signing_secret_env,
+        ),
+    ] {
+        check_env_name(key, name)?;
+    }
     if l.api_key_env.trim().is_empty() {
         warnings.push("llm.api_key_env is empty: requests go out without an API key".into());
     }
     Ok(())
+}
+
+/// A `*_env` key holds the name of an environment variable ("" for none), never the secret:
+/// a token pasted there is refused without being repeated.
+fn check_env_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let mut chars = name.chars();
+    let valid = match chars.next() {
+        None => true,
+        Some(first) => {
+            (first.is_ascii_alphabetic() || first == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            "must name an environment variable (letters, digits and _), like \"OPENAI_API_KEY\"; \
+             put the secret itself in that variable",
+        ))
+    }
 }
 
 /// Parse `"08:00-22:00"` into minutes since midnight (start, end). End may be before start
