@@ -239,6 +239,10 @@ pub struct StartOptions {
     pub extra_channels: Vec<Arc<dyn Channel>>,
     /// Use this LLM instead of the configured one (tests).
     pub llm: Option<Arc<dyn LlmProvider>>,
+    /// Run the producers (cron, heartbeat) and resume the inbox and outbox the last run left.
+    /// The terminal `chat` without a running gateway turns this off: what the platform chats
+    /// are owed waits for `run`, where their channels are.
+    pub background: bool,
 }
 
 impl Default for StartOptions {
@@ -248,6 +252,7 @@ impl Default for StartOptions {
             http: true,
             extra_channels: Vec::new(),
             llm: None,
+            background: true,
         }
     }
 }
@@ -378,19 +383,21 @@ pub async fn start(
         (None, None)
     };
 
-    scheduler.start(shutdown.child_token(), &tracker);
-    if config.heartbeat.enabled {
-        let model = Some(config.heartbeat.model.clone()).filter(|m| !m.trim().is_empty());
-        crate::scheduler::Heartbeat::new(store.clone(), bus.clone(), config.clone(), clock)
-            .with_model(model)
-            .start(shutdown.child_token(), &tracker);
-    }
-    let replayed = bus
-        .replay()
-        .await
-        .map_err(|e| GatewayError::Setup(e.to_string()))?;
-    if replayed > 0 {
-        tracing::info!("resuming {replayed} message(s) left unfinished by the last run");
+    if opts.background {
+        scheduler.start(shutdown.child_token(), &tracker);
+        if config.heartbeat.enabled {
+            let model = Some(config.heartbeat.model.clone()).filter(|m| !m.trim().is_empty());
+            crate::scheduler::Heartbeat::new(store.clone(), bus.clone(), config.clone(), clock)
+                .with_model(model)
+                .start(shutdown.child_token(), &tracker);
+        }
+        let replayed = bus
+            .replay()
+            .await
+            .map_err(|e| GatewayError::Setup(e.to_string()))?;
+        if replayed > 0 {
+            tracing::info!("resuming {replayed} message(s) left unfinished by the last run");
+        }
     }
     // After a burst, once every chat's worker is gone for a moment, hand the memory the
     // burst freed back to the system.

@@ -216,6 +216,56 @@ async fn per_key_order_with_cross_key_parallelism() {
 }
 
 #[tokio::test]
+async fn a_reply_for_a_channel_not_running_waits_for_a_start_where_it_runs() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let key = ChatKey::new("test", "1");
+    // No `test` channel in this run: the reply is recorded and kept, not dropped.
+    let opts = switchboard::StartOptions {
+        channels: false,
+        ..Default::default()
+    };
+    let (running, shutdown) = env.start(opts).await;
+    let r = running
+        .inbound()
+        .publish(inbound("m-owed", &key, "remind me"))
+        .await
+        .unwrap();
+    assert_eq!(r, Published::Accepted);
+    let deadline = Instant::now() + WAIT;
+    while llm.request_count() == 0 || running.shared.bus.active_chats() > 0 {
+        assert!(Instant::now() < deadline, "turn not finished");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shutdown.cancel();
+    running.stopped().await;
+    let store = SledStore::open(&env.data_dir()).unwrap();
+    assert_eq!(store.scan(Tree::Outbox, &[]).unwrap().len(), 1, "kept");
+    drop(store);
+
+    // The terminal's offline `chat` gateway (no background work) leaves it alone, even with
+    // the channel there.
+    let ch = Arc::new(TestChannel::default());
+    let mut opts = with_test_channel(&ch);
+    opts.background = false;
+    let (running, shutdown) = env.start(opts).await;
+    shutdown.cancel();
+    running.stopped().await;
+    assert!(ch.sent().is_empty());
+
+    // A start where the channel runs delivers it, once, without asking the model again.
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let sent = ch.wait_for(1, WAIT).await;
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].text, "echo: remind me");
+    assert_eq!(llm.request_count(), 1);
+    shutdown.cancel();
+    running.stopped().await;
+    let store = SledStore::open(&env.data_dir()).unwrap();
+    assert!(store.scan(Tree::Outbox, &[]).unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn waiting_messages_are_joined_into_the_next_turn() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");

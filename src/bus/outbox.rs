@@ -90,8 +90,9 @@ impl Outbox {
             let channel_name = msg.key.channel.clone();
             let done = match self.channel(&channel_name) {
                 None => {
-                    tracing::warn!(key = %msg.key, "no such channel is running; reply dropped");
-                    true
+                    tracing::warn!(key = %msg.key,
+                        "no such channel is running; reply kept for a start where it runs");
+                    false
                 }
                 Some(ch) => match self.send_with_retries(ch.as_ref(), &msg).await {
                     Ok(()) => {

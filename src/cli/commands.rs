@@ -68,12 +68,13 @@ pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()
         .await;
     }
     // No gateway runs: close the store handle and start one in this process, without
-    // channels or HTTP.
+    // channels, HTTP, producers or the last run's unfinished work (all left for `run`).
     drop(target);
     let shutdown = CancellationToken::new();
     let opts = StartOptions {
         channels: false,
         http: false,
+        background: false,
         ..Default::default()
     };
     let running = gateway::start(loaded, opts, shutdown.clone()).await?;
