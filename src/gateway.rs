@@ -157,9 +157,13 @@ impl GatewaySink {
                         self.metrics
                             .ignored
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let code = pairing::code_for(store, &msg.key.channel, &msg.sender)
+                        let (code, new) = pairing::code_for(store, &msg.key.channel, &msg.sender)
                             .await
                             .map_err(|e| err(&e))?;
+                        if !new {
+                            // Told once already (this may be a redelivery of that message).
+                            return Ok(Err(Published::Ignored));
+                        }
                         tracing::info!(channel = %msg.key.channel, sender = %msg.sender.id, "unknown sender: pairing code issued");
                         let text = format!(
                             "Hi! I don't know you yet. Your pairing code is {code}.\n\
@@ -170,7 +174,7 @@ impl GatewaySink {
                         let mut reply = OutboundMessage::new(msg.key.clone(), text);
                         reply.in_reply_to_inbound = Some(msg.id.clone());
                         self.bus
-                            .send_direct(vec![reply])
+                            .send_direct_in_background(vec![reply])
                             .await
                             .map_err(|e| err(&e))?;
                         return Ok(Err(Published::Ignored));

@@ -63,18 +63,19 @@ pub fn is_approved(store: &dyn Store, channel: &str, sender_id: &str) -> Result<
         .is_some())
 }
 
-/// The sender's live code, creating one when it has none (or it expired).
+/// The sender's live code, creating one when it has none (or it expired); `true` when the
+/// code is new, so the sender is told it once rather than on every message or redelivery.
 pub async fn code_for(
     store: &dyn Store,
     channel: &str,
     sender: &Sender,
-) -> Result<String, StoreError> {
+) -> Result<(String, bool), StoreError> {
     let now = Utc::now();
     if let Some(code) = store.get(Tree::Pairing, &k("sender", channel, &sender.id))? {
         let code = String::from_utf8_lossy(&code).into_owned();
         if let Some(req) = store.get_json::<Request>(Tree::Pairing, &k("code", channel, &code))? {
             if req.expires_at > now {
-                return Ok(code);
+                return Ok((code, false));
             }
         }
     }
@@ -99,7 +100,7 @@ pub async fn code_for(
         code.clone(),
     );
     store.commit(b).await?;
-    Ok(code)
+    Ok((code, true))
 }
 
 /// Approve a pending code.
@@ -204,9 +205,10 @@ mod tests {
             display_name: "Bob".into(),
             is_owner: false,
         };
-        let c1 = code_for(&store, "telegram", &s).await.unwrap();
-        let c2 = code_for(&store, "telegram", &s).await.unwrap();
+        let (c1, new1) = code_for(&store, "telegram", &s).await.unwrap();
+        let (c2, new2) = code_for(&store, "telegram", &s).await.unwrap();
         assert_eq!(c1, c2, "a live code is reused");
+        assert!(new1 && !new2);
         assert!(!is_approved(&store, "telegram", "77").unwrap());
         assert!(matches!(
             approve(&store, "discord", &c1).await,

@@ -154,6 +154,10 @@ async fn unknown_dm_gets_a_pairing_code_and_is_answered_once_approved() {
         0,
         "nothing reaches the LLM before approval"
     );
+    // The code is sent once: another message before approval (or a redelivery) gets none.
+    let again = t.tg.push_update(t.tg.dm_text(&bob, "hello??"));
+    assert!(t.tg.wait_for_offset_confirmed(again, WAIT).await);
+    assert_eq!(t.tg.sent().len(), 1, "{:?}", t.tg.sent());
 
     // The owner approves from a second process, through the running gateway.
     let (ok, out, err) = cli(&t.env, &["pairing", "approve", "telegram", &code]);

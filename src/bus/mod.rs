@@ -305,6 +305,20 @@ impl Bus {
         Ok(())
     }
 
+    /// Record replies durably, then deliver them in the background: for intake, which must
+    /// not hold up the platform's acknowledgement (and every other chat's messages) while a
+    /// send and its retries run.
+    pub async fn send_direct_in_background(
+        &self,
+        replies: Vec<OutboundMessage>,
+    ) -> Result<(), BusError> {
+        let entries = self.outbox.record(replies, Batch::default()).await?;
+        let outbox = self.outbox.clone();
+        self.tracker
+            .spawn(async move { outbox.deliver(entries).await });
+        Ok(())
+    }
+
     fn enqueue(self: &Arc<Self>, q: Queued) {
         let key = q.msg.key.clone();
         let spawn = {

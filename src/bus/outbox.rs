@@ -21,6 +21,7 @@ const MAX_ATTEMPTS: u32 = 8;
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// Records and delivers replies.
+#[derive(Clone)]
 pub struct Outbox {
     store: Arc<dyn Store>,
     channels: ChannelRegistry,
@@ -182,12 +183,7 @@ impl Outbox {
             n += 1;
         }
         for (_, entries) in by_key {
-            let me = Outbox {
-                store: self.store.clone(),
-                channels: self.channels.clone(),
-                metrics: self.metrics.clone(),
-                shutdown: self.shutdown.clone(),
-            };
+            let me = self.clone();
             tracker.spawn(async move { me.deliver(entries).await });
         }
         n
