@@ -470,7 +470,10 @@ async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
         .unwrap();
     llm.wait_for_requests(1, WAIT).await.unwrap();
     let started = Instant::now();
-    tx.publish(inbound("s2", &key, "/stop")).await.unwrap();
+    // As a phone's keyboard may send it: capitalised, with more words.
+    tx.publish(inbound("s2", &key, "/Stop please"))
+        .await
+        .unwrap();
     let sent = ch.wait_for(1, WAIT).await;
     assert_eq!(sent[0].text, "Stopped.");
     assert!(started.elapsed() < Duration::from_secs(5));

@@ -16,13 +16,6 @@ const HELP: &str = "Commands:\n\
 /reminders — this chat's scheduled reminders\n\
 /help — this list";
 
-/// The command name of a message, without a `@botname` suffix.
-pub fn command_of(text: &str) -> Option<&str> {
-    let t = text.trim();
-    let word = t.strip_prefix('/')?.split_whitespace().next()?;
-    Some(word.split('@').next().unwrap_or(word))
-}
-
 /// Answer a command, or `None` when the turn is not a known command.
 pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
     let [only] = turn.messages.as_slice() else {
@@ -32,7 +25,7 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
         return None;
     }
     let mut writes = Batch::default();
-    let text = match command_of(&only.text)? {
+    let text = match switchboard_channel::command_name(&only.text)?.as_str() {
         "new" | "reset" => {
             Session::reset(&turn.key, &mut writes);
             "Started a fresh conversation.".to_string()
@@ -59,17 +52,4 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
         replies: vec![Agent::reply(only, text, OutboundKind::Final)],
         writes,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::command_of;
-
-    #[test]
-    fn recognises_commands_with_bot_suffix() {
-        assert_eq!(command_of("/new"), Some("new"));
-        assert_eq!(command_of("  /status@my_bot extra"), Some("status"));
-        assert_eq!(command_of("hello /new"), None);
-        assert_eq!(command_of("/"), None);
-    }
 }

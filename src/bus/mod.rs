@@ -200,7 +200,7 @@ impl Bus {
                 self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if msg.text.trim() == "/stop" {
+            if switchboard_channel::command_name(&msg.text).as_deref() == Some("stop") {
                 results[i] = self.stop(msg).await?;
                 continue;
             }

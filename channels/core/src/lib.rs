@@ -21,7 +21,7 @@ pub use channel::{
 pub use key::{ChatKey, ParseKeyError};
 pub use message::{
     Attachment, AttachmentKind, InboundMessage, Origin, OutboundKind, OutboundMessage, Sender,
-    SystemOrigin,
+    SystemOrigin, command_name,
 };
 
 /// Longest inbound text accepted; longer texts are cut here with a note (DESIGN §11).

@@ -171,9 +171,30 @@ impl OutboundMessage {
     }
 }
 
+/// The chat command a text is, lowercased and without a `@botname` suffix
+/// (`"/Stop@my_bot now"` → `"stop"`); `None` when the text does not start with `/`.
+pub fn command_name(text: &str) -> Option<String> {
+    let word = text.trim().strip_prefix('/')?.split_whitespace().next()?;
+    let name = word.split('@').next().unwrap_or(word);
+    (!name.is_empty()).then(|| name.to_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_names_ignore_case_bot_suffix_and_arguments() {
+        assert_eq!(command_name("/new").as_deref(), Some("new"));
+        assert_eq!(
+            command_name("  /Status@my_bot extra").as_deref(),
+            Some("status")
+        );
+        assert_eq!(command_name("/STOP now").as_deref(), Some("stop"));
+        assert_eq!(command_name("hello /new"), None);
+        assert_eq!(command_name("/"), None);
+        assert_eq!(command_name("/@bot"), None);
+    }
 
     #[test]
     fn oversized_text_is_cut_with_a_note() {
