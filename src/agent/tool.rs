@@ -50,6 +50,11 @@ pub trait Tool: Send + Sync + 'static {
     fn read_only(&self) -> bool {
         false
     }
+    /// How long this call may run when that is longer than `agent.tool_timeout` (a command
+    /// given its own `timeout_secs`); `None` keeps the configured limit.
+    fn time_limit(&self, _args: &serde_json::Value) -> Option<std::time::Duration> {
+        None
+    }
     /// Run with arguments already validated against [`Tool::schema`].
     async fn call(&self, args: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>;
 }

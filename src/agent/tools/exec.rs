@@ -231,6 +231,25 @@ async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
     s
 }
 
+/// The shell's process group, ended when this is dropped: on the command's timeout or
+/// `/stop`, and when the call itself is dropped (a turn cancelled mid-call). `kill_on_drop`
+/// alone would end only `sh`, not what it started.
+struct GroupKill(Option<i32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        // The system call itself: procps-ng 4.0's `kill -KILL -<pgid>` was seen killing every
+        // process of the user (as if the target were -1).
+        if let Some(pgid) = self
+            .0
+            .filter(|p| *p > 1)
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
 #[async_trait]
 impl Tool for Exec {
     fn name(&self) -> &'static str {
@@ -243,6 +262,11 @@ impl Tool for Exec {
         json!({"type": "object", "required": ["command"],
                "properties": {"command": {"type": "string", "minLength": 1},
                               "timeout_secs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT}}})
+    }
+    fn time_limit(&self, args: &Value) -> Option<Duration> {
+        // Its own timeout, plus a moment to end the process group and report.
+        let secs = args["timeout_secs"].as_u64().unwrap_or(DEFAULT_TIMEOUT);
+        Some(Duration::from_secs(secs + 2))
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let command = args["command"].as_str().unwrap_or_default();
@@ -268,7 +292,7 @@ impl Tool for Exec {
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::Failed(format!("cannot start the shell: {e}")))?;
-        let pid = child.id();
+        let mut group = GroupKill(child.id().and_then(|p| i32::try_from(p).ok()));
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let run = async {
             let (o, e, status) = tokio::join!(
@@ -294,19 +318,13 @@ impl Tool for Exec {
             _ = ctx.cancel.cancelled() => None,
         };
         let Some((stdout, stderr, status)) = result else {
-            // The shell runs in its own process group: end the whole group, not just `sh`.
-            // Done with the system call itself: procps-ng 4.0's `kill -KILL -<pgid>` was
-            // seen killing every process of the user (as if the target were -1).
-            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 1) {
-                if let Some(pgid) = rustix::process::Pid::from_raw(pid) {
-                    let _ =
-                        rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-                }
-            }
+            // `group` ends the whole process group as it goes out of scope.
             return Err(ToolError::Failed(format!(
                 "command timed out after {secs}s (killed)"
             )));
         };
+        // The shell is done: what it left running in the background stays.
+        group.0 = None;
         let code = status
             .ok()
             .and_then(|s| s.code())
@@ -324,7 +342,62 @@ impl Tool for Exec {
 
 #[cfg(test)]
 mod tests {
-    use super::denied;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// Whether `pid` is still a running (not zombie) process.
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_mid_run_ends_what_the_command_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ToolContext {
+            key: "test:1".parse().unwrap(),
+            sender_is_owner: true,
+            workspace: dir.path().to_path_buf(),
+            restrict_to_workspace: true,
+            cancel: CancellationToken::new(),
+        };
+        let args = json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 120});
+        let pid_file = dir.path().join("pid");
+        {
+            let call = Exec.call(args, &ctx);
+            tokio::pin!(call);
+            // Run the call until the command has started its child, then drop it, as a
+            // cancelled turn or the registry's own timeout does.
+            let started = async {
+                while std::fs::read_to_string(&pid_file).map_or(true, |s| !s.ends_with('\n')) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            tokio::select! {
+                _ = &mut call => panic!("the command ended on its own"),
+                _ = tokio::time::timeout(Duration::from_secs(10), started) => {}
+            }
+        }
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while alive(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sleep {pid} still runs"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 
     #[test]
     fn destructive_commands_and_tricks_are_denied() {

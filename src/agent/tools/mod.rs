@@ -128,6 +128,7 @@ impl Registry {
             })?
         };
         schema::validate(&args, &tool.schema()).map_err(ToolError::InvalidArguments)?;
+        let timeout = tool.time_limit(&args).map_or(timeout, |t| t.max(timeout));
         match tokio::time::timeout(timeout, tool.call(args, ctx)).await {
             Ok(r) => r.map(|s| cap(s, MAX_RESULT_CHARS)),
             Err(_) => Err(ToolError::Failed(format!(
