@@ -96,6 +96,13 @@ async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
     gw.sigterm();
     assert!(gw.wait_exit(WAIT).0.success());
     assert_eq!(llm.request_count(), 2);
+
+    // A stale admin.addr where another program now listens: the CLI does not take that
+    // program for the gateway (nor send it more than the probe), and uses the store.
+    std::fs::write(env.data_dir().join("admin.addr"), llm.addr().to_string()).unwrap();
+    let (ok, out, err) = cli(&env, &["sessions", "list"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("cli:local"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,7 +236,15 @@ async fn cli_works_offline_and_through_the_admin_api() {
     assert!(ok);
     assert!(out.contains("user: hello from the terminal"), "{out}");
 
-    // With a gateway running, the same commands go through its admin API.
+    // With a gateway running, the same commands go through its admin API. A token file
+    // found readable by others is tightened to 0600.
+    let token_file = env.data_dir().join("admin.token");
+    std::fs::write(&token_file, "0123456789abcdef").unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
     let mut gw = env.spawn();
     gw.wait_admin(WAIT);
     let mode = std::fs::metadata(env.data_dir().join("admin.token")).unwrap();

@@ -24,25 +24,35 @@ pub enum Target {
 impl Target {
     pub async fn find(config: &Config) -> anyhow::Result<Target> {
         let dir = &config.gateway.data_dir;
+        let mut refused = false;
         if let Some((addr, token)) = crate::http::admin::running_at(dir) {
             let http = reqwest::Client::builder()
                 .timeout(Duration::from_secs(600))
                 .connect_timeout(Duration::from_secs(2))
                 .build()?;
             let base = format!("http://{addr}");
-            let alive = http
+            // Only our gateway's answer counts: admin.addr may be stale, and another
+            // program may listen there now.
+            let status = http
                 .get(format!("{base}/admin/sessions"))
                 .bearer_auth(&token)
                 .timeout(Duration::from_secs(3))
                 .send()
                 .await
-                .is_ok();
-            if alive {
-                return Ok(Target::Remote { base, token, http });
+                .map(|r| r.status());
+            match status {
+                Ok(s) if s.is_success() => return Ok(Target::Remote { base, token, http }),
+                Ok(s) => refused = s == reqwest::StatusCode::UNAUTHORIZED,
+                Err(_) => {}
             }
         }
         match SledStore::open(dir) {
             Ok(s) => Ok(Target::Local(Arc::new(s))),
+            Err(StoreError::Locked(_)) if refused => bail!(
+                "the running gateway's admin API refused the token in {} (HTTP 401): was the \
+                 file replaced while it runs? Restart the gateway",
+                dir.join("admin.token").display()
+            ),
             Err(StoreError::Locked(_)) => bail!(
                 "the store in {} is in use by a running gateway, but its admin API did not answer",
                 dir.display()
@@ -73,11 +83,10 @@ impl Target {
         let status = resp.status();
         let v: Value = resp.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            let msg = v
-                .get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("request failed");
-            bail!("{msg}");
+            match v.get("error").and_then(Value::as_str) {
+                Some(msg) => bail!("{msg}"),
+                None => bail!("the gateway's admin API answered HTTP {status}"),
+            }
         }
         Ok(v)
     }

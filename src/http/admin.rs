@@ -34,11 +34,13 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The admin token, created (mode 0600) when missing.
+/// The admin token, created when missing; the file is kept at mode 0600 (readable by the
+/// gateway's user only) even if it was found otherwise.
 pub fn token(data_dir: &Path) -> std::io::Result<String> {
     let path = data_dir.join(TOKEN_FILE);
     if let Ok(t) = std::fs::read_to_string(&path) {
         if !t.trim().is_empty() {
+            owner_only(&path)?;
             return Ok(t.trim().to_string());
         }
     }
@@ -51,7 +53,20 @@ pub fn token(data_dir: &Path) -> std::io::Result<String> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
     std::io::Write::write_all(&mut opts.open(&path)?, t.as_bytes())?;
+    owner_only(&path)?;
     Ok(t)
+}
+
+/// Mode 0600. (The mode given at creation does not apply to a file that already existed.)
+fn owner_only(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if std::fs::metadata(path)?.permissions().mode() & 0o777 != 0o600 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
 }
 
 /// Where a running gateway's admin API listens, if one wrote its address.
