@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::DiscordConfig;
 use crate::intake;
+use crate::order::Order;
 use crate::rest::{Rest, RestError};
 
 const NAME: &str = "discord";
@@ -35,6 +36,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// What the event handlers share with the watchdog.
 struct HandlerState {
     inbound: InboundSender,
+    /// Publish order per channel, taken from the shard runner (handlers run concurrently).
+    order: Order,
     bot_id: AtomicU64,
     last_activity: Mutex<Instant>,
     ready_seen: AtomicBool,
@@ -61,7 +64,9 @@ struct Handler(Arc<HandlerState>);
 
 #[serenity::async_trait]
 impl EventHandler for Handler {
-    async fn ready(&self, _ctx: Context, ready: Ready) {
+    async fn ready(&self, ctx: Context, ready: Ready) {
+        // A new session means a new shard runner: hook it before its messages are handled.
+        self.0.order.attach(&ctx.shard);
         self.0.bot_id.store(ready.user.id.get(), Ordering::Relaxed);
         self.0.ready_seen.store(true, Ordering::Relaxed);
         self.0.touch();
@@ -84,6 +89,9 @@ impl EventHandler for Handler {
 
     async fn message(&self, ctx: Context, msg: Message) {
         self.0.touch();
+        // Held until published (retries included), so a later message of the channel, whose
+        // handler may well have started first, cannot overtake this one.
+        let _turn = self.0.order.turn(msg.channel_id, msg.id).await;
         let bot_id = self.0.bot_id();
         if !intake::wanted(&msg, bot_id) {
             return;
@@ -221,6 +229,7 @@ async fn run_client(
         | GatewayIntents::GUILDS;
     let state = Arc::new(HandlerState {
         inbound: inbound.clone(),
+        order: Order::default(),
         bot_id: AtomicU64::new(bot_id),
         last_activity: Mutex::new(Instant::now()),
         ready_seen: AtomicBool::new(false),

@@ -6,6 +6,8 @@
 //!   start, a watchdog that restarts a stalled client with backoff, prompt shutdown.
 //! - `intake`: `MESSAGE_CREATE` → [`switchboard_channel::InboundMessage`] (mentions,
 //!   replies, attachments), published through the gateway's `InboundSender`.
+//! - `order`: messages of one channel are published in the order the gateway sent them,
+//!   although serenity runs each event's handler in its own task.
 //! - `rest`: the few REST calls the adapter makes itself (message posts, typing, `/users/@me`,
 //!   `/gateway`), with 429 `retry_after` visible, which serenity hides when its rate limiter
 //!   is disabled.
@@ -14,6 +16,7 @@
 
 mod gateway;
 mod intake;
+mod order;
 mod rest;
 mod send;
 

@@ -24,21 +24,7 @@ async fn identify_asks_for_the_needed_intents_and_reports_connected() {
     assert_eq!(ids[0]["token"], format!("Bot {}", common::TOKEN));
     let rec = h.rec.clone();
     // READY is handled right after it was sent; give the handler a bounded moment.
-    let ok = tokio::time::timeout(common::WAIT, async {
-        while !rec
-            .connected_reports()
-            .iter()
-            .any(|(c, d)| *c && d == "ready")
-        {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    assert!(
-        ok.is_ok(),
-        "no set_connected(true): {:?}",
-        rec.connected_reports()
-    );
+    rec.wait_for_connected("ready").await;
     h.stop().await;
     assert_eq!(rec.connected_reports().last().map(|r| r.0), Some(false));
 }
@@ -152,5 +138,78 @@ async fn attachments_and_role_mentions_of_the_bot() {
     assert!(got.attachments[0].location.ends_with("/9/cat.png"));
     assert_eq!(got.attachments[1].kind, AttachmentKind::Document);
     assert_ne!(BOT_USER_ID, 0);
+    h.stop().await;
+}
+
+/// Texts published on chat `chan`, in publish order.
+fn texts_of(msgs: &[switchboard_channel::InboundMessage], chan: u64) -> Vec<String> {
+    let key = format!("discord:{chan}");
+    msgs.iter()
+        .filter(|m| m.key.to_string() == key)
+        .map(|m| m.text.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_to_back_messages_of_a_channel_are_published_in_gateway_order() {
+    // serenity runs every event's handler in its own task; a burst of MESSAGE_CREATEs read
+    // together is handled in a scrambled order unless the adapter restores it.
+    const ROUNDS: usize = 5;
+    const BURST: usize = 50;
+    let h = common::start().await;
+    // The adapter hooks serenity's shard runner while handling READY; messages read in the
+    // same burst as READY, before that, are not ordered.
+    h.rec.wait_for_connected("ready").await;
+    for round in 0..ROUNDS {
+        let mut sent_chan = Vec::new();
+        let mut sent_dm = Vec::new();
+        for i in 0..BURST {
+            let text = format!("r{round} m{i}");
+            h.fake
+                .push_message_create(IncomingMessage::guild(CHAN, alice(), &text));
+            sent_chan.push(text);
+            if i % 5 == 0 {
+                let text = format!("r{round} dm{i}");
+                h.fake
+                    .push_message_create(IncomingMessage::dm(DM, Author::user(43, "bob"), &text));
+                sent_dm.push(text);
+            }
+        }
+        let total = (round + 1) * (BURST + BURST / 5);
+        let msgs = h.rec.wait_for_msgs(total).await;
+        let prefix = format!("r{round} ");
+        let this_round = |chan| {
+            texts_of(&msgs, chan)
+                .into_iter()
+                .filter(|t| t.starts_with(&prefix))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(this_round(CHAN), sent_chan, "round {round}, channel {CHAN}");
+        assert_eq!(this_round(DM), sent_dm, "round {round}, DM");
+    }
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_publish_is_not_overtaken_by_later_messages_of_its_channel() {
+    let h = common::start().await;
+    h.rec.wait_for_connected("ready").await;
+    h.rec.fail_publishes_of("first", 2);
+    for text in ["first", "second", "third"] {
+        h.fake
+            .push_message_create(IncomingMessage::guild(CHAN, alice(), text));
+    }
+    // Another chat is not held up by the retries.
+    h.fake.push_message_create(IncomingMessage::dm(
+        DM,
+        Author::user(43, "bob"),
+        "elsewhere",
+    ));
+    let msgs = h.rec.wait_for_msgs(4).await;
+    assert_eq!(texts_of(&msgs, CHAN), ["first", "second", "third"]);
+    assert_eq!(
+        msgs[0].text, "elsewhere",
+        "the DM did not wait for the retried channel: {msgs:?}"
+    );
     h.stop().await;
 }

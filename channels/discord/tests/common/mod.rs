@@ -21,6 +21,8 @@ pub const WAIT: Duration = Duration::from_secs(10);
 pub struct Recorder {
     pub msgs: Mutex<Vec<InboundMessage>>,
     pub connected: Mutex<Vec<(bool, String)>>,
+    /// Texts whose next publish attempts fail, with how many failures are left.
+    failing: Mutex<Vec<(String, usize)>>,
     changed: watch::Sender<u64>,
 }
 
@@ -29,6 +31,7 @@ impl Recorder {
         Arc::new(Self {
             msgs: Mutex::new(Vec::new()),
             connected: Mutex::new(Vec::new()),
+            failing: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
         })
     }
@@ -37,21 +40,46 @@ impl Recorder {
         self.msgs.lock().unwrap().clone()
     }
 
+    /// Refuse the next `times` publishes of the message whose text is `text`.
+    pub fn fail_publishes_of(&self, text: &str, times: usize) {
+        self.failing.lock().unwrap().push((text.to_string(), times));
+    }
+
     pub fn connected_reports(&self) -> Vec<(bool, String)> {
         self.connected.lock().unwrap().clone()
     }
 
-    /// Wait until `n` messages were published.
-    pub async fn wait_for_msgs(&self, n: usize) -> Vec<InboundMessage> {
+    /// Wait until the adapter reported itself connected with `detail` ("ready", "resumed").
+    pub async fn wait_for_connected(&self, detail: &str) {
+        let seen = |r: &Self| {
+            r.connected_reports()
+                .iter()
+                .any(|(up, d)| *up && d == detail)
+        };
+        self.wait_until(seen).await;
+        assert!(
+            seen(self),
+            "no set_connected(true, {detail:?}): {:?}",
+            self.connected_reports()
+        );
+    }
+
+    /// Wait until `cond` holds, at most [`WAIT`].
+    async fn wait_until(&self, cond: impl Fn(&Self) -> bool) {
         let mut rx = self.changed.subscribe();
         let _ = tokio::time::timeout(WAIT, async {
-            while self.msgs.lock().unwrap().len() < n {
+            while !cond(self) {
                 if rx.changed().await.is_err() {
                     return;
                 }
             }
         })
         .await;
+    }
+
+    /// Wait until `n` messages were published.
+    pub async fn wait_for_msgs(&self, n: usize) -> Vec<InboundMessage> {
+        self.wait_until(|r| r.msgs.lock().unwrap().len() >= n).await;
         let msgs = self.msgs();
         assert!(
             msgs.len() >= n,
@@ -64,6 +92,16 @@ impl Recorder {
 #[async_trait::async_trait]
 impl InboundSink for Recorder {
     async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError> {
+        if let Some((_, left)) = self
+            .failing
+            .lock()
+            .unwrap()
+            .iter_mut()
+            .find(|(text, left)| *text == msg.text && *left > 0)
+        {
+            *left -= 1;
+            return Err(PublishError("refused by the test".into()));
+        }
         self.msgs.lock().unwrap().push(msg);
         self.changed.send_modify(|v| *v += 1);
         Ok(Published::Accepted)

@@ -1,0 +1,170 @@
+//! Per-channel publish order, as the gateway sent the messages.
+//!
+//! serenity runs the handler of every event in its own task, so the handlers of one channel's
+//! messages can start in any order (tokio runs the task spawned last first). The shard runner
+//! does call its collector callbacks synchronously, in gateway order, before it spawns those
+//! tasks: [`Order::attach`] registers one that gives each `MESSAGE_CREATE` a place in its
+//! channel's line, and a handler waits in [`Order::turn`] until the message before it in
+//! the channel is done. Channels stay independent; a line exists only while it has messages.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serenity::gateway::{CollectorCallback, ShardMessenger};
+use serenity::model::event::Event;
+use serenity::model::id::{ChannelId, MessageId};
+use tokio::sync::oneshot;
+
+/// The lines of one client's messages; cheap to clone.
+#[derive(Clone, Default)]
+pub(crate) struct Order(Arc<Mutex<Lines>>);
+
+#[derive(Default)]
+struct Lines {
+    /// Places handed out by the collector whose handler has not taken them yet.
+    places: HashMap<MessageId, Place>,
+    /// Per channel: the signal of the last message in line, and how many are in line.
+    tails: HashMap<ChannelId, Tail>,
+}
+
+struct Place {
+    /// Fires (or closes) when the previous message of the channel is done.
+    after: Option<oneshot::Receiver<()>>,
+    /// Dropped when this message is done.
+    done: oneshot::Sender<()>,
+}
+
+struct Tail {
+    last_done: oneshot::Receiver<()>,
+    in_line: usize,
+}
+
+impl Order {
+    fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hook into the shard runner behind `shard`; call once per runner (on READY: serenity
+    /// starts a new runner for every new session). The callback lives as long as the runner.
+    pub(crate) fn attach(&self, shard: &ShardMessenger) {
+        let order = self.clone();
+        shard.add_collector(CollectorCallback(Box::new(move |event| {
+            if let Event::MessageCreate(ev) = event {
+                order.enqueue(ev.message.channel_id, ev.message.id);
+            }
+            true
+        })));
+    }
+
+    /// Put message `id` at the end of `channel`'s line (a second call for it is a no-op).
+    fn enqueue(&self, channel: ChannelId, id: MessageId) {
+        let mut lines = self.lines();
+        if lines.places.contains_key(&id) {
+            return;
+        }
+        let (done, last_done) = oneshot::channel();
+        let after = match lines.tails.get_mut(&channel) {
+            Some(tail) => {
+                tail.in_line += 1;
+                Some(std::mem::replace(&mut tail.last_done, last_done))
+            }
+            None => {
+                lines.tails.insert(
+                    channel,
+                    Tail {
+                        last_done,
+                        in_line: 1,
+                    },
+                );
+                None
+            }
+        };
+        lines.places.insert(id, Place { after, done });
+    }
+
+    /// Wait until the messages the gateway sent before `id` in `channel` are done; this one
+    /// is done when the returned [`Turn`] drops (also on a panic or a cancelled handler).
+    /// A message that reached serenity before [`Order::attach`] ran has no place and no wait.
+    pub(crate) async fn turn(&self, channel: ChannelId, id: MessageId) -> Turn {
+        let place = self.lines().places.remove(&id);
+        let (after, done) = match place {
+            Some(p) => (p.after, Some(p.done)),
+            None => (None, None),
+        };
+        let turn = Turn {
+            order: self.clone(),
+            channel,
+            done,
+        };
+        if let Some(after) = after {
+            // Err only means the previous handler is gone without sending: done as well.
+            let _ = after.await;
+        }
+        turn
+    }
+}
+
+/// A message's turn in its channel; dropping it lets the next message go.
+pub(crate) struct Turn {
+    order: Order,
+    channel: ChannelId,
+    /// `None` for a message without a place.
+    done: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.done.take().is_none() {
+            return;
+        }
+        let mut lines = self.order.lines();
+        if let Some(tail) = lines.tails.get_mut(&self.channel) {
+            tail.in_line -= 1;
+            if tail.in_line == 0 {
+                lines.tails.remove(&self.channel);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    fn ids(n: u64) -> (ChannelId, MessageId) {
+        (ChannelId::new(7), MessageId::new(n))
+    }
+
+    #[tokio::test]
+    async fn a_later_message_waits_for_the_earlier_one() {
+        let order = Order::default();
+        let (chan, first) = ids(1);
+        let (_, second) = ids(2);
+        order.enqueue(chan, first);
+        order.enqueue(chan, second);
+        order.enqueue(ChannelId::new(8), MessageId::new(3));
+
+        let mut later = Box::pin(order.turn(chan, second));
+        let other = order.turn(ChannelId::new(8), MessageId::new(3)).await;
+        drop(other);
+        // The other channel went; this one still waits for `first`.
+        assert!((&mut later).now_or_never().is_none());
+        let earlier = order.turn(chan, first).await;
+        drop(earlier);
+        drop(later.await);
+        assert!(order.lines().tails.is_empty() && order.lines().places.is_empty());
+    }
+
+    #[tokio::test]
+    async fn enqueueing_twice_and_unplaced_messages_do_not_block() {
+        let order = Order::default();
+        let (chan, id) = ids(1);
+        order.enqueue(chan, id);
+        order.enqueue(chan, id);
+        drop(order.turn(chan, id).await);
+        drop(order.turn(chan, MessageId::new(99)).await);
+        assert!(order.lines().tails.is_empty() && order.lines().places.is_empty());
+    }
+}
