@@ -43,12 +43,19 @@ fn channel_type(ev: &Value, channel: &str) -> String {
     if let Some(t) = s(ev, "channel_type") {
         return t.to_string();
     }
-    match channel.as_bytes().first() {
-        Some(b'D') => "im",
-        Some(b'G') => "group",
-        _ => "channel",
-    }
-    .to_string()
+    let t = if is_dm(channel) {
+        "im"
+    } else if channel.starts_with('G') {
+        "group"
+    } else {
+        "channel"
+    };
+    t.to_string()
+}
+
+/// Whether a channel id is a DM's (`D…`).
+pub(crate) fn is_dm(channel: &str) -> bool {
+    channel.starts_with('D')
 }
 
 fn attachment(f: &Value) -> Option<Attachment> {

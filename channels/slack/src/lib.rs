@@ -31,8 +31,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 use switchboard_channel::{
     Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
-    PublishError, SendError, SendReceipt,
+    PublishError, Published, SendError, SendReceipt,
 };
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -44,6 +45,10 @@ use web::{BotIdentity, WebApi};
 
 /// The channel name, first part of every key this adapter makes.
 pub const NAME: &str = "slack";
+
+/// Longest wait for `users.info` on a user seen for the first time (Slack wants its ack
+/// within 3 s).
+const USER_LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
 /// Why an event could not be taken in; Slack must not be acknowledged.
 #[derive(Debug, thiserror::Error)]
@@ -124,14 +129,18 @@ impl Shared {
             }
             Intake::Publish(c) => c,
         };
-        self.name_sender(&mut c.msg.sender);
+        self.name_sender(&mut c.msg.sender).await;
         let key = c.msg.key.to_string();
         let published = inbound.publish(c.msg).await?;
         debug!(%key, ?published, "slack message published");
-        let mut mem = self.memory();
-        mem.last_message.insert(key, (c.channel, c.ts));
-        if let Some(t) = c.joined_thread {
-            mem.threads.insert(t, ());
+        // Only a message that got in may mark a thread as the bot's or take the 👀: one the
+        // gateway ignored (a stranger's mention) leaves no trace here.
+        if published == Published::Accepted {
+            let mut mem = self.memory();
+            mem.last_message.insert(key, (c.channel, c.ts));
+            if let Some(t) = c.joined_thread {
+                mem.threads.insert(t, ());
+            }
         }
         Ok(())
     }
@@ -139,38 +148,59 @@ impl Shared {
 
 impl Shared {
     /// Fill the sender's names from the `users.info` cache. A user not cached yet is looked
-    /// up in the background (intake never waits for it): that first message shows the id.
-    fn name_sender(self: &Arc<Self>, sender: &mut switchboard_channel::Sender) {
-        let cached = {
+    /// up first, since `allow_from` may name them by username — but for at most
+    /// [`USER_LOOKUP_WAIT`], so intake (and Slack's ack) never hangs on it: a lookup that
+    /// fails or runs late leaves the id, and a late answer still fills the cache.
+    async fn name_sender(self: &Arc<Self>, sender: &mut switchboard_channel::Sender) {
+        let lookup = {
             let mut mem = self.memory();
-            match mem.users.get(&sender.id) {
-                Some(names) => Some(names.clone()),
-                None if mem.users_pending.contains(&sender.id) => None,
-                None => {
-                    mem.users_pending.insert(sender.id.clone(), ());
-                    let (sh, id) = (self.clone(), sender.id.clone());
-                    tokio::spawn(async move {
-                        let names = sh.web.user_names(&id).await;
-                        let mut mem = sh.memory();
-                        mem.users_pending.remove(&id);
-                        match names {
-                            Ok(n) => mem.users.insert(id, n),
-                            // Slack answered (user_not_found, missing_scope…): don't ask again.
-                            Err(web::WebError::Api(code)) => {
-                                debug!(%code, "slack users.info refused; showing the user id");
-                                mem.users.insert(id, None);
-                            }
-                            Err(e) => debug!(error = %e, "slack users.info failed"),
-                        }
-                    });
-                    None
-                }
+            if mem.users.contains(&sender.id) {
+                None
+            } else if let Some(pending) = mem.users_pending.get(&sender.id) {
+                Some(pending.clone())
+            } else {
+                let pending = self.look_up_user(&sender.id);
+                mem.users_pending.insert(sender.id.clone(), pending.clone());
+                Some(pending)
             }
         };
-        if let Some(Some(n)) = cached {
+        if let Some(mut done) = lookup {
+            // Resolves when the lookup task drops its sender, after it filled the cache.
+            if tokio::time::timeout(USER_LOOKUP_WAIT, done.changed())
+                .await
+                .is_err()
+            {
+                debug!(user = %sender.id, "slack users.info slow; showing the user id");
+            }
+        }
+        if let Some(Some(n)) = self.memory().users.get(&sender.id).cloned() {
             sender.username = n.username;
             sender.display_name = n.display_name;
         }
+    }
+
+    /// Start one `users.info` lookup; the receiver sees its sender dropped when it is over.
+    fn look_up_user(self: &Arc<Self>, id: &str) -> watch::Receiver<()> {
+        let (done, pending) = watch::channel(());
+        let (sh, id) = (self.clone(), id.to_string());
+        tokio::spawn(async move {
+            let names = sh.web.user_names(&id).await;
+            let mut mem = sh.memory();
+            mem.users_pending.remove(&id);
+            match names {
+                Ok(n) => mem.users.insert(id, n),
+                // Slack answered (user_not_found, missing_scope…): don't ask again.
+                Err(web::WebError::Api(code)) => {
+                    debug!(%code, "slack users.info refused; showing the user id");
+                    mem.users.insert(id, None);
+                }
+                Err(e) => debug!(error = %e, "slack users.info failed"),
+            }
+            // The cache is filled: now wake the waiters.
+            drop(mem);
+            drop(done);
+        });
+        pending
     }
 }
 

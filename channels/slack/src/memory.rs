@@ -1,6 +1,7 @@
 //! Small bounded memories the adapter keeps between intake and replies.
 //!
-//! - the threads the bot takes part in (so replies there count as addressed to it);
+//! - the threads the bot takes part in or started with a top-level post (so replies there
+//!   count as addressed to it);
 //! - the last published message per chat key (the one `typing` puts 👀 on);
 //! - the messages already given 👀 (at most one reaction per message);
 //! - how many chunks of a partly delivered reply went out (so a retry never resends them);
@@ -80,8 +81,8 @@ pub(crate) struct Memory {
     pub delivered_chunks: Bounded<u64, usize>,
     /// User id → names from `users.info` (`None`: looked up, unknown).
     pub users: Bounded<String, Option<crate::web::UserNames>>,
-    /// User ids being looked up right now.
-    pub users_pending: Bounded<String, ()>,
+    /// User ids being looked up right now; the receiver tells waiters when it is over.
+    pub users_pending: Bounded<String, tokio::sync::watch::Receiver<()>>,
 }
 
 #[cfg(test)]

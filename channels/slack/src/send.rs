@@ -1,10 +1,11 @@
 //! Replies: markdown → mrkdwn chunks → `chat.postMessage` in order; and the 👀 reaction.
 //!
-//! A key `slack:<channel>:<thread_ts>` replies in that thread. A 429 is waited out inside
-//! `send` (bounded); a wait longer than `max_inline_retry_after` goes back to the caller as
-//! [`SendError::RetryAfter`]. When a reply fails part-way, the chunks already delivered are
-//! remembered by the reply's fingerprint, so the outbox's retry of the same reply sends
-//! only the rest.
+//! A key `slack:<channel>:<thread_ts>` replies in that thread; a key `slack:<channel>` posts
+//! top-level, and each such post in a channel becomes a thread of the bot's. A 429 is
+//! waited out inside `send` (bounded); a wait longer than `max_inline_retry_after` goes
+//! back to the caller as [`SendError::RetryAfter`]. When a reply fails part-way, the chunks
+//! already delivered are remembered by the reply's fingerprint, so the outbox's retry of
+//! the same reply sends only the rest.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -81,8 +82,14 @@ pub(crate) async fn send(
     for (i, chunk) in chunks.iter().enumerate().skip(start) {
         match post_chunk(sh, channel, thread, chunk).await {
             Ok(ts) => {
+                let mut mem = sh.memory();
+                mem.delivered_chunks.insert(fp, i + 1);
+                // A top-level post in a channel roots a thread of the bot's: replies there
+                // are addressed to it (Socket Mode events carry no `parent_user_id`).
+                if thread.is_none() && !crate::inbound::is_dm(channel) {
+                    mem.threads.insert((channel.to_string(), ts.clone()), ());
+                }
                 receipt.message_ids.push(ts);
-                sh.memory().delivered_chunks.insert(fp, i + 1);
             }
             Err(e) => {
                 if i > start || start > 0 {

@@ -8,12 +8,13 @@
 //! **not** acknowledged and Slack redelivers it.
 //!
 //! Around it: a watchdog that rebuilds every socket when nothing at all has arrived for
-//! `socket_idle_timeout`, `set_connected` on `hello` and on socket errors, and a prompt
+//! `socket_idle_timeout`, `set_connected` on `hello` and on a lost socket, and a prompt
 //! return on shutdown (`serve()` is not used: it installs its own signal handlers).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use slack_morphism::errors::SlackClientError;
 use slack_morphism::events::SlackPushEventCallback;
 use slack_morphism::listener::{SlackClientEventsListenerEnvironment, SlackClientEventsUserState};
 use slack_morphism::{
@@ -67,16 +68,31 @@ fn on_error(
 ) -> http::StatusCode {
     if let Some(e) = err.downcast_ref::<IntakeError>() {
         warn!(error = %e, "slack event not published; envelope left unacknowledged");
-    } else {
-        warn!(error = %short(&err.to_string()), "slack socket mode error");
-        // A socket failed; the next `hello` says connected again.
+    } else if socket_lost(&err) {
+        warn!(error = %short(&err.to_string()), "slack socket lost; reconnecting");
+        // The next `hello` says connected again.
         if let Ok(guard) = state.try_read() {
             if let Some(sh) = guard.get_user_state::<Arc<Shared>>() {
                 sh.set_connected(false, "socket mode reconnecting");
             }
         }
+    } else {
+        // A frame that did not parse, a binary frame…: the socket itself is still up.
+        warn!(error = %short(&err.to_string()), "slack socket mode error");
     }
     http::StatusCode::INTERNAL_SERVER_ERROR
+}
+
+/// Whether a socket error means the socket is gone. slack-morphism (2.31) reports a failed
+/// read as a `SocketModeProtocolError` "Slack WSS error: …" and then reconnects; its other
+/// errors (unparsable or binary frames, callback errors) leave the socket open.
+fn socket_lost(err: &BoxError) -> bool {
+    match err.downcast_ref::<SlackClientError>() {
+        Some(SlackClientError::SocketModeProtocolError(e)) => {
+            e.message.starts_with("Slack WSS error")
+        }
+        _ => false,
+    }
 }
 
 fn short(s: &str) -> String {

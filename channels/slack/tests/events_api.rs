@@ -1,4 +1,5 @@
-//! Events API via `handle_events_request`: signatures, timestamps, challenge, publish, retries.
+//! Events API via `handle_events_request`: signatures, timestamps, challenge, publish, retries,
+//! sender names, bot threads.
 
 mod common;
 
@@ -6,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::{Sink, events_config, start};
 use http::HeaderMap;
-use switchboard_channel::InboundSender;
-use switchboard_fakes::slack::{FakeSlack, events};
+use switchboard_channel::{Channel, InboundSender, OutboundMessage};
+use switchboard_fakes::slack::{FakeSlack, Fault, events};
 use switchboard_slack::SlackChannel;
 
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -174,6 +175,81 @@ async fn not_running_is_503_and_a_failed_publish_is_500() {
     run.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_dm_from_a_user_allowlisted_by_username_gets_in() {
+    let fake = FakeSlack::start().await;
+    fake.add_user("U5", "alice");
+    let run = running(&fake).await;
+    run.sink.allow_only(&["@alice"]);
+    let body = events::event_callback_body("Ev5", events::dm("D5", "U5", "hello", "5.0"));
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 200);
+    let got = run.sink.published();
+    assert_eq!(got.len(), 1, "published before the 200");
+    assert_eq!(got[0].sender.username.as_deref(), Some("alice"));
+    run.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_users_info_does_not_hold_the_answer_past_slacks_3_s() {
+    let fake = FakeSlack::start().await;
+    fake.add_user("U5", "alice");
+    fake.inject("users.info", Fault::Delay(Duration::from_secs(30)));
+    let run = running(&fake).await;
+    let body = events::event_callback_body("Ev6", events::dm("D5", "U5", "hello", "6.0"));
+    let t0 = Instant::now();
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    let took = t0.elapsed();
+    assert_eq!(status, 200);
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    let got = run.sink.published();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (
+            got[0].sender.display_name.as_str(),
+            got[0].sender.username.as_deref()
+        ),
+        ("U5", None)
+    );
+    assert_eq!(fake.call_count("users.info"), 1);
+    run.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_under_the_bots_own_top_level_post_is_addressed_to_it() {
+    let fake = FakeSlack::start().await;
+    let run = running(&fake).await;
+    run.channel
+        .send(&OutboundMessage::new(
+            "slack:C9".parse().unwrap(),
+            "Daily report",
+        ))
+        .await
+        .unwrap();
+    let post = fake.wait_for_posts(1).await.remove(0);
+    // Without `parent_user_id`, as in Socket Mode: the bot remembers its own post.
+    let body = events::event_callback_body(
+        "Ev7",
+        events::thread_reply("C9", "U1", "thanks!", "7.1", &post.ts),
+    );
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 200);
+    let got = run.sink.published();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].mentions_bot);
+    assert_eq!(got[0].key.to_string(), format!("slack:C9:{}", post.ts));
+    run.stop().await.unwrap();
+}
+
 /// 200 events/s for 2 s through the handler (signature check, parse, publish); prints p50/p99.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_fast_at_200_events_per_second() {
@@ -182,10 +258,7 @@ async fn answers_fast_at_200_events_per_second() {
     let sink = Sink::new();
     let shutdown = tokio_util::sync::CancellationToken::new();
     let (c, s, t) = (ch.clone(), sink.clone(), shutdown.clone());
-    let task = tokio::spawn(async move {
-        use switchboard_channel::Channel;
-        c.run(InboundSender::new(s), t).await
-    });
+    let task = tokio::spawn(async move { c.run(InboundSender::new(s), t).await });
     sink.wait_for_connected(true).await;
 
     let mut tick = tokio::time::interval(Duration::from_millis(5));

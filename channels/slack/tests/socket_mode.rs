@@ -1,5 +1,5 @@
 //! Socket Mode against the fake Slack: publish before ack, no ack on failure, reconnects,
-//! ignored events, watchdog, shutdown.
+//! ignored events, watchdog, shutdown, sender names, bot threads, readiness.
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{WAIT, socket_config, start};
 use switchboard_channel::{Channel, ChannelError, OutboundMessage};
-use switchboard_fakes::slack::{BOT_ID, BOT_USER_ID, FakeSlack, events};
+use switchboard_fakes::slack::{BOT_ID, BOT_USER_ID, FakeSlack, Fault, events};
 use tokio::sync::Semaphore;
 
 const TS: &str = "1700000000.000100";
@@ -274,28 +274,151 @@ async fn sender_names_come_from_a_users_info_cache() {
     let fake = FakeSlack::start().await;
     fake.add_user("U5", "ada");
     let run = start(socket_config(&fake));
-    // The first message from a user shows the id while users.info runs in the background;
-    // later ones carry the name. Bounded: each round trip gives the lookup time to land.
-    let mut named = None;
-    for i in 0..50 {
-        let p = fake
-            .push_event(events::dm("D5", "U5", "hi", &format!("6.{i}")))
-            .await;
+    for (i, ts) in ["6.1", "6.2"].into_iter().enumerate() {
+        let p = fake.push_event(events::dm("D5", "U5", "hi", ts)).await;
         fake.wait_for_ack(&p.envelope_id).await;
-        let last = run.sink.wait_for_published(i + 1).await.pop().unwrap();
-        if last.sender.display_name != "U5" {
-            named = Some(last);
-            break;
-        }
+        let m = run.sink.wait_for_published(i + 1).await.pop().unwrap();
+        assert_eq!(m.sender.id, "U5");
+        assert_eq!(m.sender.display_name, "ada", "message {i} is named");
+        assert_eq!(m.sender.username.as_deref(), Some("ada"));
     }
-    let m = named.expect("a later message carries the user's name");
-    assert_eq!(m.sender.id, "U5");
-    assert_eq!(m.sender.display_name, "ada");
-    assert_eq!(m.sender.username.as_deref(), Some("ada"));
     assert_eq!(
         fake.call_count("users.info"),
         1,
         "looked up once, then cached"
     );
+    run.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_dm_from_a_user_allowlisted_by_username_gets_in() {
+    let fake = FakeSlack::start().await;
+    fake.add_user("U5", "alice");
+    let run = start(socket_config(&fake));
+    run.sink.allow_only(&["alice"]);
+    let p = fake
+        .push_event(events::dm("D5", "U5", "hello, first time", "6.1"))
+        .await;
+    fake.wait_for_ack(&p.envelope_id).await;
+    let got = run.sink.wait_for_published(1).await;
+    assert_eq!(got[0].text, "hello, first time");
+    assert_eq!(got[0].sender.username.as_deref(), Some("alice"));
+    assert!(run.sink.ignored().is_empty());
+    run.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_users_info_publishes_with_the_id() {
+    let fake = FakeSlack::start().await;
+    fake.add_user("U5", "ada");
+    fake.inject("users.info", Fault::Status(500));
+    let run = start(socket_config(&fake));
+    let p = fake.push_event(events::dm("D5", "U5", "hi", "6.1")).await;
+    fake.wait_for_ack(&p.envelope_id).await;
+    let m = run.sink.wait_for_published(1).await.pop().unwrap();
+    assert_eq!(
+        (m.sender.display_name.as_str(), m.sender.username),
+        ("U5", None)
+    );
+    // Not cached as unknown: the next message asks again and gets the name.
+    let p = fake.push_event(events::dm("D5", "U5", "hi", "6.2")).await;
+    fake.wait_for_ack(&p.envelope_id).await;
+    let m = run.sink.wait_for_published(2).await.pop().unwrap();
+    assert_eq!(m.sender.username.as_deref(), Some("ada"));
+    assert_eq!(fake.call_count("users.info"), 2);
+    run.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_under_the_bots_own_top_level_post_is_addressed_to_it() {
+    let fake = FakeSlack::start().await;
+    let run = start(socket_config(&fake));
+    // A post without a thread (a scheduled report, say) roots a thread of the bot's.
+    let key = "slack:C1".parse().unwrap();
+    run.channel
+        .send(&OutboundMessage::new(key, "Daily report"))
+        .await
+        .expect("sent");
+    let post = fake.wait_for_posts(1).await.remove(0);
+    assert_eq!((post.channel.as_str(), post.thread_ts), ("C1", None));
+
+    let other = fake
+        .push_event(events::thread_reply("C1", "U1", "chatter", "7.2", "7.0"))
+        .await;
+    fake.wait_for_ack(&other.envelope_id).await;
+    let reply = fake
+        .push_event(events::thread_reply("C1", "U1", "thanks!", "7.3", &post.ts))
+        .await;
+    fake.wait_for_ack(&reply.envelope_id).await;
+    let got = run.sink.wait_for_published(2).await;
+    assert!(!got[0].mentions_bot, "someone else's thread");
+    assert!(got[1].mentions_bot, "a reply in the bot's thread");
+    assert_eq!(got[1].key.to_string(), format!("slack:C1:{}", post.ts));
+    run.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ignored_mention_marks_no_thread_and_gets_no_eyes() {
+    let fake = FakeSlack::start().await;
+    fake.add_user("U5", "alice");
+    fake.add_user("U6", "mallory");
+    let run = start(socket_config(&fake));
+    run.sink.allow_only(&["alice"]);
+    let p = fake
+        .push_event(events::app_mention("C1", "U6", "<@UBOT> hi", TS))
+        .await;
+    fake.wait_for_ack(&p.envelope_id).await;
+    let ignored = run.sink.ignored();
+    assert_eq!(ignored.len(), 1);
+    let key = ignored[0].key.clone();
+    run.channel.typing(&key).await.unwrap();
+    assert_eq!(fake.call_count("reactions.add"), 0, "no 👀 for a stranger");
+
+    let p = fake
+        .push_event(events::thread_reply("C1", "U5", "unrelated", "8.1", TS))
+        .await;
+    fake.wait_for_ack(&p.envelope_id).await;
+    let got = run.sink.wait_for_published(1).await;
+    assert_eq!(got[0].key, key);
+    assert!(
+        !got[0].mentions_bot,
+        "the stranger's mention did not make it the bot's thread"
+    );
+    run.channel.typing(&key).await.unwrap();
+    let r = fake.wait_for_reactions(1).await;
+    assert_eq!(
+        (r[0].channel.as_str(), r[0].timestamp.as_str()),
+        ("C1", "8.1")
+    );
+    run.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_frame_keeps_the_socket_ready_and_a_lost_socket_does_not() {
+    let fake = FakeSlack::start().await;
+    let run = start(socket_config(&fake));
+    fake.wait_for_connections(1).await;
+    run.sink.wait_for_connected(true).await;
+
+    fake.send_frame("this is not json").await;
+    // Frames on one socket are handled in order: once this is acked, the bad one was seen.
+    let p = fake
+        .push_event(events::dm("D1", "U1", "still here", "9.1"))
+        .await;
+    fake.wait_for_ack(&p.envelope_id).await;
+    assert_eq!(
+        run.sink.connected_log(),
+        [true],
+        "a bad frame is no lost socket"
+    );
+
+    fake.drop_sockets();
+    run.sink
+        .wait("the lost socket reported", |s| {
+            s.connected_log().contains(&false)
+        })
+        .await;
+    fake.wait_for_connections(2).await;
+    run.sink.wait_for_connected(true).await;
     run.stop().await.expect("clean stop");
 }

@@ -4,8 +4,8 @@
 //! `Authorization: Bearer` checked — the bot token for Web API methods, the app token for
 //! `apps.connections.open`) and the Socket Mode websocket at `/socket`. It records every
 //! call, every posted/updated message, every reaction and every Socket Mode ack, injects
-//! faults (429 with `Retry-After`, API errors, HTTP statuses) per method, and offers bounded
-//! waits. [`events`] builds event payloads and signs Events API requests.
+//! faults (429 with `Retry-After`, API errors, HTTP statuses, delays) per method, and offers
+//! bounded waits. [`events`] builds event payloads and signs Events API requests.
 
 pub mod events;
 mod socket;
@@ -82,6 +82,8 @@ pub enum Fault {
     Status(u16),
     /// Answer normally (to fail a later call: `inject(m, Pass)` then `inject(m, Error(..))`).
     Pass,
+    /// Answer normally, after this long (a slow Slack).
+    Delay(Duration),
 }
 
 /// What [`FakeSlack::push_event`] sent.
@@ -354,6 +356,16 @@ impl FakeSlack {
             s.send(env.to_string());
         }
         unacked.len()
+    }
+
+    /// Send a raw text frame (not an envelope: garbage, say) on the newest open socket,
+    /// waiting for one (bounded).
+    pub async fn send_frame(&self, frame: &str) {
+        self.wait(WAIT, "an open socket", |f| f.open_sockets() > 0)
+            .await;
+        if let Some(s) = self.shared.lock().sockets.last() {
+            s.send(frame.to_string());
+        }
     }
 
     /// Send `{"type":"disconnect","reason":"refresh_requested"}` on every open socket.

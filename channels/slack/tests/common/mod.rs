@@ -20,9 +20,15 @@ use tokio_util::sync::CancellationToken;
 
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// Records what the adapter publishes; dedupes by id like the gateway; can fail or hold.
+/// Records what the adapter publishes; dedupes by id like the gateway; can fail, hold, or
+/// ignore senders not on an allowlist.
 pub struct Sink {
     pub published: Mutex<Vec<InboundMessage>>,
+    /// Messages turned away by `allow_from`.
+    pub ignored: Mutex<Vec<InboundMessage>>,
+    /// When set, like the gateway's `allow_from` under the allowlist policy: a sender named
+    /// by id or username (with or without `@`) gets in, the others are `Ignored`.
+    pub allow_from: Mutex<Option<Vec<String>>>,
     seen: Mutex<HashSet<String>>,
     pub attempts: AtomicUsize,
     /// Fail this many of the next publishes.
@@ -37,6 +43,8 @@ impl Sink {
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
             published: Mutex::new(Vec::new()),
+            ignored: Mutex::new(Vec::new()),
+            allow_from: Mutex::new(None),
             seen: Mutex::new(HashSet::new()),
             attempts: AtomicUsize::new(0),
             fail_next: AtomicUsize::new(0),
@@ -50,7 +58,34 @@ impl Sink {
         self.published.lock().unwrap().clone()
     }
 
-    async fn wait(&self, what: &str, cond: impl Fn(&Sink) -> bool) {
+    pub fn ignored(&self) -> Vec<InboundMessage> {
+        self.ignored.lock().unwrap().clone()
+    }
+
+    /// Only let senders named in `allow` in.
+    pub fn allow_only(&self, allow: &[&str]) {
+        *self.allow_from.lock().unwrap() = Some(allow.iter().map(|a| a.to_string()).collect());
+    }
+
+    /// The `connected` flags reported so far, in order.
+    pub fn connected_log(&self) -> Vec<bool> {
+        self.connected.lock().unwrap().iter().map(|c| c.0).collect()
+    }
+
+    fn allowed(&self, msg: &InboundMessage) -> bool {
+        let allow = self.allow_from.lock().unwrap();
+        let Some(allow) = allow.as_ref() else {
+            return true;
+        };
+        let username = msg.sender.username.as_deref();
+        allow.iter().any(|a| {
+            a == &msg.sender.id
+                || username.is_some_and(|u| u.eq_ignore_ascii_case(a.trim_start_matches('@')))
+        })
+    }
+
+    /// Wait (bounded) until `cond` holds.
+    pub async fn wait(&self, what: &str, cond: impl Fn(&Sink) -> bool) {
         let mut rx = self.changed.subscribe();
         let r = tokio::time::timeout(WAIT, async {
             while !cond(self) {
@@ -103,6 +138,9 @@ impl InboundSink for Sink {
             .is_ok();
         let result = if fail {
             Err(PublishError("store unavailable (test)".into()))
+        } else if !self.allowed(&msg) {
+            self.ignored.lock().unwrap().push(msg);
+            Ok(Published::Ignored)
         } else if !self.seen.lock().unwrap().insert(msg.id.clone()) {
             Ok(Published::Duplicate)
         } else {

@@ -122,6 +122,7 @@ pub(super) async fn api(
             let status = StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return json_response(status, json!({"ok": false, "error": "fake_status"}));
         }
+        Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::Pass) | None => {}
     }
     let resp = web_method(&shared, &method, &p);
