@@ -6,7 +6,7 @@
 //! - `mapping`: a Telegram update → `InboundMessage` (key, sender, mention, text).
 //! - `media`: photos, documents, voice and audio downloaded into the workspace inbox.
 //! - `send`: replies rendered to Telegram HTML, split, sent with retries and a plain-text
-//!   fallback; typing indicator.
+//!   fallback; a reply that failed part-way resumes where it stopped; typing indicator.
 //! - `pacing`: Telegram's published send limits, when enabled.
 //! - `errors`: teloxide errors classified, the token scrubbed, backoff.
 //!
@@ -38,6 +38,8 @@ pub struct TelegramChannel {
     cfg: TelegramConfig,
     bot: Bot,
     pacer: pacing::Pacer,
+    /// What was posted of replies that failed part-way, for the outbox's retries.
+    delivered: send::DeliveredChunks,
 }
 
 impl std::fmt::Debug for TelegramChannel {
@@ -69,6 +71,7 @@ impl TelegramChannel {
         let bot = Bot::with_client(cfg.token.clone(), client).set_api_url(url);
         Ok(Self {
             pacer: pacing::Pacer::new(cfg.pacing),
+            delivered: send::DeliveredChunks::default(),
             bot,
             cfg,
         })
@@ -79,6 +82,7 @@ impl TelegramChannel {
             bot: &self.bot,
             token: &self.cfg.token,
             pacer: &self.pacer,
+            delivered: &self.delivered,
             caps: self.capabilities(),
             attempts: self.cfg.send_attempts.max(1),
             retry_initial: self.cfg.retry_initial,

@@ -36,13 +36,14 @@ pub(crate) struct Mapped {
 }
 
 /// Map one update, or `None` when it is skipped on purpose: anything but a new message
-/// (edits, channel posts, callback queries, member updates, unknown kinds), and messages
-/// with neither text nor a supported file (stickers, service messages).
+/// (edits, channel posts, callback queries, member updates, unknown kinds), messages from
+/// bots (this one included), and messages with neither text nor a supported file
+/// (stickers, service messages).
 pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
     let UpdateKind::Message(m) = &update.kind else {
         return None;
     };
-    if m.chat.is_channel() {
+    if m.chat.is_channel() || from_a_bot(m, me) {
         return None;
     }
     let files = files_of(m);
@@ -96,6 +97,16 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
         }
     }
     Some(Mapped { msg, files })
+}
+
+/// Whether a bot wrote the message, so that bots never answer each other in a loop. The
+/// stand-ins Telegram names as `from` for anonymous admins and linked channels are bots
+/// too, but a person is behind them (`sender_chat` says who): those count.
+fn from_a_bot(m: &Message, me: &BotIdentity) -> bool {
+    m.from.as_ref().is_some_and(|u| {
+        u.id.0 == me.id
+            || (u.is_bot && !(m.sender_chat.is_some() && (u.is_anonymous() || u.is_channel())))
+    })
 }
 
 fn chat_type(m: &Message) -> &'static str {
@@ -283,6 +294,37 @@ mod tests {
         assert_eq!(m.sender.display_name, "Ann Lee");
         assert_eq!(m.metadata["chat_type"], json!("group"));
         assert_eq!(m.metadata["chat_title"], json!("G"));
+    }
+
+    #[test]
+    fn messages_from_bots_are_ignored() {
+        let msg = |from: Value| {
+            update(json!({"update_id": 7, "message": {
+                "message_id": 11, "date": 1, "chat": {"id": -5, "type": "group", "title": "G"},
+                "from": from, "text": "@my_bot hello",
+                "entities": [{"type": "mention", "offset": 0, "length": 7}]}}))
+        };
+        let other_bot = msg(json!({"id": 99, "is_bot": true, "first_name": "Echo"}));
+        assert!(map_update(&other_bot, &me()).is_none());
+        let itself = msg(json!({"id": 42, "is_bot": true, "first_name": "Me"}));
+        assert!(map_update(&itself, &me()).is_none());
+        let person = msg(json!({"id": 7, "is_bot": false, "first_name": "Ann"}));
+        assert_eq!(
+            map_update(&person, &me()).expect("mapped").msg.text,
+            "hello"
+        );
+    }
+
+    #[test]
+    fn anonymous_admins_are_not_taken_for_bots() {
+        let u = update(json!({"update_id": 8, "message": {
+            "message_id": 12, "date": 1,
+            "chat": {"id": -1001, "type": "supergroup", "title": "G"},
+            "from": {"id": 1_087_968_824_u64, "is_bot": true, "first_name": "Group",
+                     "username": "GroupAnonymousBot"},
+            "sender_chat": {"id": -1001, "type": "supergroup", "title": "G"},
+            "text": "hello"}}));
+        assert_eq!(map_update(&u, &me()).expect("mapped").msg.text, "hello");
     }
 
     #[test]

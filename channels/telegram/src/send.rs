@@ -1,6 +1,9 @@
 //! Delivering replies: chat key → chat and topic, markdown → HTML chunks, `sendMessage`
 //! with retries, plain-text fallback when Telegram rejects the markup, typing indicator.
 
+use std::collections::{HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use switchboard_channel::format::{chunk_markdown, render, render_chunks};
@@ -46,23 +49,27 @@ impl Target {
     }
 }
 
-/// One message of a reply: its HTML, and the plain text sent if Telegram refuses the HTML.
+/// One message of a reply: its HTML, and the plain text sent instead if Telegram refuses
+/// the HTML (in as many messages as it takes to stay within the limit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Chunk {
     pub html: String,
-    pub plain: String,
+    pub plain: Vec<String>,
 }
 
 /// Split and render a reply with the shared formatter. Each markdown piece normally renders
 /// to one message, whose fallback is that piece rendered plain; in the rare case where the
 /// HTML of a piece had to be split again, the fallback is the visible text of each part.
+/// Plain text can be longer than its HTML (links become "label (url)"), so the fallback is
+/// split again at the limit.
 pub(crate) fn chunks(text: &str, caps: Capabilities) -> Vec<Chunk> {
-    chunk_markdown(text, caps.max_message_len.max(1))
+    let max = caps.max_message_len.max(1);
+    chunk_markdown(text, max)
         .into_iter()
         .flat_map(|md| {
             let parts = render_chunks(&md, caps);
             if parts.len() == 1 {
-                let plain = render(&md, Dialect::Plain);
+                let plain = split_plain(&render(&md, Dialect::Plain), max);
                 parts
                     .into_iter()
                     .map(|html| Chunk {
@@ -74,13 +81,50 @@ pub(crate) fn chunks(text: &str, caps: Capabilities) -> Vec<Chunk> {
                 parts
                     .into_iter()
                     .map(|html| Chunk {
-                        plain: html_to_text(&html),
+                        plain: split_plain(&html_to_text(&html), max),
                         html,
                     })
                     .collect()
             }
         })
         .collect()
+}
+
+/// Split plain text into messages of at most `max` UTF-16 code units (Telegram's count),
+/// cutting at the last line break that fits, else the last whitespace, else between two
+/// characters. The whitespace at a cut is dropped and no part is blank; a text within the
+/// limit comes back unchanged.
+fn split_plain(text: &str, max: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.trim().is_empty() {
+        // Byte length of the longest prefix within `max` units (at least one character).
+        let mut units = 0;
+        let fits = rest
+            .char_indices()
+            .find_map(|(i, c)| {
+                units += c.len_utf16();
+                (units > max).then_some(i)
+            })
+            .unwrap_or(rest.len());
+        if fits == rest.len() {
+            out.push(rest.to_string());
+            break;
+        }
+        let fits = fits.max(rest.chars().next().map_or(1, char::len_utf8));
+        let head = &rest[..fits];
+        let cut = head
+            .rfind('\n')
+            .filter(|&i| i > 0)
+            .or_else(|| head.rfind(char::is_whitespace).filter(|&i| i > 0))
+            .unwrap_or(fits);
+        let part = rest[..cut].trim_end();
+        if !part.is_empty() {
+            out.push(part.to_string());
+        }
+        rest = rest[cut..].trim_start();
+    }
+    out
 }
 
 /// The visible text of Telegram HTML: tags dropped, the four escapes undone.
@@ -101,11 +145,93 @@ fn html_to_text(html: &str) -> String {
         .replace("&amp;", "&")
 }
 
+/// Replies whose partial delivery is remembered.
+const REMEMBERED_REPLIES: usize = 256;
+
+/// How far a reply got: the chunks fully delivered, the plain-text parts of the next chunk
+/// delivered (when its HTML was refused), and the ids of every message posted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Progress {
+    chunks: usize,
+    parts: usize,
+    ids: Vec<String>,
+}
+
+/// Progress of replies that failed part-way, by reply fingerprint, and the fingerprints
+/// oldest first.
+type Remembered = (HashMap<u64, Progress>, VecDeque<u64>);
+
+/// What was already posted of replies that failed part-way, so that the outbox's retry of
+/// the same reply never posts a chunk twice. Bounded to [`REMEMBERED_REPLIES`] replies.
+#[derive(Default)]
+pub(crate) struct DeliveredChunks {
+    inner: Mutex<Remembered>,
+}
+
+impl DeliveredChunks {
+    fn get(&self, fp: u64) -> Progress {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.0.get(&fp).cloned().unwrap_or_default()
+    }
+
+    fn remember(&self, fp: u64, progress: &Progress) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0.insert(fp, progress.clone()).is_none() {
+            g.1.push_back(fp);
+            if g.1.len() > REMEMBERED_REPLIES
+                && let Some(old) = g.1.pop_front()
+            {
+                g.0.remove(&old);
+            }
+        }
+    }
+
+    fn forget(&self, fp: u64) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0.remove(&fp).is_some() {
+            g.1.retain(|f| *f != fp);
+        }
+    }
+}
+
+/// Identifies a reply across the outbox's retries.
+fn fingerprint(msg: &OutboundMessage) -> u64 {
+    let mut h = DefaultHasher::new();
+    (
+        msg.key.to_string(),
+        &msg.text,
+        &msg.reply_to,
+        &msg.in_reply_to_inbound,
+    )
+        .hash(&mut h);
+    h.finish()
+}
+
+/// Why one message was not posted.
+enum PostError {
+    /// Telegram could not parse the HTML ("can't parse entities").
+    Markup,
+    /// Refused for good, or still failing after the inline retries.
+    Failed(SendError),
+}
+
+impl PostError {
+    fn into_send_error(self) -> SendError {
+        match self {
+            PostError::Markup => {
+                SendError::Permanent("Telegram could not parse the message's entities".into())
+            }
+            PostError::Failed(e) => e,
+        }
+    }
+}
+
 /// What `send` needs from the adapter.
 pub(crate) struct Sender<'a> {
     pub bot: &'a Bot,
     pub token: &'a str,
     pub pacer: &'a Pacer,
+    pub delivered: &'a DeliveredChunks,
     pub caps: Capabilities,
     pub attempts: u32,
     pub retry_initial: Duration,
@@ -114,7 +240,9 @@ pub(crate) struct Sender<'a> {
 }
 
 impl Sender<'_> {
-    /// Send a reply in order, chunk by chunk; never resends a delivered chunk.
+    /// Send a reply in order, chunk by chunk. On failure the error goes back to the outbox
+    /// and what was posted is remembered, so its retry of the same reply starts where this
+    /// one stopped: a delivered chunk is never sent again.
     pub(crate) async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
         let target = Target::parse(&msg.key)?;
         let reply_to = msg
@@ -122,44 +250,83 @@ impl Sender<'_> {
             .as_deref()
             .and_then(|r| r.trim().parse::<i32>().ok())
             .filter(|_| target.is_group());
-        let mut receipt = SendReceipt::default();
-        for (i, chunk) in chunks(&msg.text, self.caps).iter().enumerate() {
+        let chunks = chunks(&msg.text, self.caps);
+        let fp = fingerprint(msg);
+        let mut progress = self.delivered.get(fp);
+        for (i, chunk) in chunks.iter().enumerate().skip(progress.chunks) {
             let reply = if i == 0 { reply_to } else { None };
-            match self.send_chunk(target, chunk, reply, i == 0).await {
-                Ok(id) => receipt.message_ids.push(id.to_string()),
-                Err(e) if receipt.message_ids.is_empty() => return Err(e),
-                Err(e) => {
-                    // Part of the reply is out: failing now would make the caller resend
-                    // it, so report what was delivered.
-                    tracing::error!(key = %msg.key, chunk = i, error = %e,
-                        "telegram: giving up on the rest of a reply after it was partly sent");
-                    break;
+            if let Err(e) = self.send_chunk(target, chunk, reply, &mut progress).await {
+                if !progress.ids.is_empty() {
+                    self.delivered.remember(fp, &progress);
+                    tracing::warn!(key = %msg.key, chunk = i + 1, of = chunks.len(), error = %e,
+                        "telegram: reply partly sent; the rest goes out when it is retried");
                 }
+                return Err(e);
             }
+            progress.chunks += 1;
+            progress.parts = 0;
         }
-        Ok(receipt)
+        self.delivered.forget(fp);
+        Ok(SendReceipt {
+            message_ids: progress.ids,
+        })
     }
 
+    /// Send one chunk as HTML, or as plain text (from the first part not yet delivered)
+    /// when Telegram refuses the HTML; every posted id goes into `progress`.
     async fn send_chunk(
         &self,
         target: Target,
         chunk: &Chunk,
         reply_to: Option<i32>,
+        progress: &mut Progress,
+    ) -> Result<(), SendError> {
+        if progress.parts == 0 {
+            let first = progress.ids.is_empty();
+            match self.post(target, &chunk.html, true, reply_to, first).await {
+                Ok(id) => {
+                    progress.ids.push(id.to_string());
+                    return Ok(());
+                }
+                Err(PostError::Failed(e)) => return Err(e),
+                Err(PostError::Markup) => tracing::warn!(
+                    chat = target.chat,
+                    "telegram refused the HTML; resending as plain text"
+                ),
+            }
+        }
+        for (j, part) in chunk.plain.iter().enumerate().skip(progress.parts) {
+            let reply = if j == 0 { reply_to } else { None };
+            let first = progress.ids.is_empty();
+            match self.post(target, part, false, reply, first).await {
+                Ok(id) => {
+                    progress.ids.push(id.to_string());
+                    progress.parts += 1;
+                }
+                Err(e) => return Err(e.into_send_error()),
+            }
+        }
+        Ok(())
+    }
+
+    /// `sendMessage` with retries: 429s waited out (a long one handed back to the outbox
+    /// while nothing of the reply is out yet, `first`), other transient failures backed off,
+    /// up to `attempts`.
+    async fn post(
+        &self,
+        target: Target,
+        text: &str,
+        html: bool,
+        reply_to: Option<i32>,
         first: bool,
-    ) -> Result<i32, SendError> {
-        let mut plain = false;
+    ) -> Result<i32, PostError> {
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
         let mut attempt = 0;
         loop {
             attempt += 1;
             self.pacer.acquire(target.chat).await;
-            let text = if plain {
-                chunk.plain.clone()
-            } else {
-                chunk.html.clone()
-            };
             let mut req = self.bot.send_message(ChatId(target.chat), text);
-            if !plain {
+            if html {
                 req = req.parse_mode(ParseMode::Html);
             }
             if let Some(t) = target.thread {
@@ -174,30 +341,24 @@ impl Sender<'_> {
                 Ok(sent) => return Ok(sent.id.0),
                 Err(e) => e,
             };
-            if !plain && matches!(err, RequestError::Api(ApiError::CantParseEntities(_))) {
-                tracing::warn!(
-                    chat = target.chat,
-                    "telegram refused the HTML; resending as plain text"
-                );
-                plain = true;
-                attempt -= 1;
-                continue;
+            if html && matches!(err, RequestError::Api(ApiError::CantParseEntities(_))) {
+                return Err(PostError::Markup);
             }
             let failure = classify(&err, self.token);
             let wait = match &failure {
                 Failure::RetryAfter(d) if first && *d > self.max_inline_retry_after => {
-                    return Err(failure.into_send_error());
+                    return Err(PostError::Failed(failure.into_send_error()));
                 }
                 Failure::RetryAfter(d) => *d,
                 Failure::Transient(_) | Failure::Conflict(_) | Failure::WebhookActive => {
                     backoff.next_delay()
                 }
                 Failure::Unauthorized | Failure::Permanent(_) => {
-                    return Err(failure.into_send_error());
+                    return Err(PostError::Failed(failure.into_send_error()));
                 }
             };
             if attempt >= self.attempts {
-                return Err(failure.into_send_error());
+                return Err(PostError::Failed(failure.into_send_error()));
             }
             tracing::warn!(chat = target.chat, attempt, wait = ?wait, error = ?failure,
                 "telegram: sendMessage failed, retrying");
@@ -244,6 +405,70 @@ mod tests {
         );
         assert!(Target::parse(&"telegram:abc".parse().unwrap()).is_err());
         assert!(Target::parse(&"discord:1".parse().unwrap()).is_err());
+    }
+
+    fn utf16_len(s: &str) -> usize {
+        s.encode_utf16().count()
+    }
+
+    #[test]
+    fn plain_text_is_split_at_the_limit_in_utf16_units() {
+        assert_eq!(split_plain("short\ntext", 20), ["short\ntext"]);
+        assert!(split_plain(" \n ", 20).is_empty());
+        // Line breaks first, then spaces, then anywhere.
+        assert_eq!(
+            split_plain("one two\nthree four five", 16),
+            ["one two", "three four five"]
+        );
+        assert_eq!(split_plain("one two three", 9), ["one two", "three"]);
+        assert_eq!(split_plain("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        // An emoji is two units: ten of them need two messages of at most 10 units.
+        let emoji = "🙂".repeat(10);
+        let parts = split_plain(&emoji, 10);
+        assert_eq!(parts, ["🙂".repeat(5), "🙂".repeat(5)]);
+        // A character wider than the limit still goes out, alone.
+        assert_eq!(split_plain("🙂🙂", 1), ["🙂", "🙂"]);
+    }
+
+    #[test]
+    fn plain_fallback_never_exceeds_the_limit() {
+        // The HTML shows "docs"; the plain text adds the URL and no longer fits.
+        let md = format!(
+            "{} see [docs](https://example.com/some/long/path/page)",
+            "🙂".repeat(40)
+        );
+        let caps = Capabilities {
+            edits: true,
+            typing: true,
+            threads: true,
+            max_message_len: 100,
+            dialect: Dialect::TelegramHtml,
+        };
+        assert!(utf16_len(&render(&md, Dialect::Plain)) > 100);
+        let chunks = chunks(&md, caps);
+        assert_eq!(chunks.len(), 1);
+        let plain = &chunks[0].plain;
+        assert!(plain.len() >= 2, "{plain:?}");
+        assert!(plain.iter().all(|p| utf16_len(p) <= 100), "{plain:?}");
+        assert_eq!(plain.join(" "), render(&md, Dialect::Plain));
+    }
+
+    #[test]
+    fn delivered_chunks_are_bounded() {
+        let d = DeliveredChunks::default();
+        let p = Progress {
+            chunks: 1,
+            parts: 0,
+            ids: vec!["1".into()],
+        };
+        for fp in 0..(REMEMBERED_REPLIES as u64 + 10) {
+            d.remember(fp, &p);
+        }
+        assert_eq!(d.get(0), Progress::default());
+        assert_eq!(d.get(REMEMBERED_REPLIES as u64 + 9), p);
+        d.forget(REMEMBERED_REPLIES as u64 + 9);
+        assert_eq!(d.get(REMEMBERED_REPLIES as u64 + 9), Progress::default());
+        assert_eq!(d.inner.lock().unwrap().1.len(), REMEMBERED_REPLIES - 1);
     }
 
     #[test]

@@ -215,3 +215,64 @@ async fn network_errors_are_transient_and_never_carry_the_token() {
         other => panic!("expected Transient, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_reply_that_failed_part_way_resumes_without_resending() {
+    // Two attempts per chunk; teloxide waits 10 s after each 5xx before returning it.
+    let h = Harness::start_with(|_| {}, |cfg| cfg.send_attempts = 2).await;
+    let paragraph = |p: char| {
+        (0..500)
+            .map(|w| format!("{p}{w:04}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let text = ['a', 'b', 'c'].map(paragraph).join("\n\n");
+    let mut msg = OutboundMessage::new(key("telegram:-100200"), &text);
+    msg.reply_to = Some("55".into());
+    // Chunk 1 goes out; chunk 2 fails on both of its attempts.
+    h.fake.pass_sends(1);
+    h.fake.fail_sends_with_server_error(2);
+
+    let err = h.channel.send(&msg).await.unwrap_err();
+    assert!(matches!(err, SendError::Transient(_)), "{err:?}");
+    let sent = h.fake.sent();
+    assert_eq!(sent.len(), 1, "only chunk 1 is out");
+    assert_eq!(sent[0].text, paragraph('a'));
+
+    // The outbox retries the same reply: chunks 2 and 3 once each, chunk 1 not again.
+    let receipt = h.channel.send(&msg).await.expect("the rest is sent");
+    let sent = h.fake.sent();
+    let texts: Vec<&str> = sent.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, [paragraph('a'), paragraph('b'), paragraph('c')]);
+    assert_eq!(
+        sent.iter().map(|m| m.reply_to).collect::<Vec<_>>(),
+        [Some(55), None, None],
+        "only the first chunk replies"
+    );
+    assert_eq!(h.fake.requests("sendMessage").len(), 5, "1 + 2 failed + 2");
+    let ids: Vec<String> = sent.iter().map(|m| m.message_id.to_string()).collect();
+    assert_eq!(receipt.message_ids, ids);
+}
+
+#[tokio::test]
+async fn plain_text_fallback_is_split_to_fit_the_limit() {
+    let h = Harness::start_with(|_| {}, |cfg| cfg.max_message_len = 100).await;
+    h.fake.reject_html(true);
+    // Fits as HTML (the link shows as "docs"), not as plain text ("docs (https://…)").
+    let md = format!(
+        "{} see [docs](https://example.com/some/long/path/page)",
+        "🙂".repeat(40)
+    );
+    h.channel
+        .send(&OutboundMessage::new(key("telegram:5001"), &md))
+        .await
+        .expect("sent");
+    let sent = h.fake.sent();
+    assert!(sent.len() >= 2, "{sent:?}");
+    for m in &sent {
+        assert_eq!(m.parse_mode, None);
+        assert!(m.text.encode_utf16().count() <= 100, "{}", m.text);
+    }
+    let texts: Vec<&str> = sent.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts.join(" "), render(&md, Dialect::Plain));
+}

@@ -51,6 +51,8 @@ pub struct SentMessage {
 enum SendFault {
     RetryAfter(u64),
     ServerError,
+    /// No fault: answer normally (lets earlier sends through before a queued fault).
+    Pass,
 }
 
 /// A fault the next `getUpdates` answers with.
@@ -339,6 +341,14 @@ impl FakeTelegram {
         let mut st = self.shared.lock();
         st.send_faults
             .extend(std::iter::repeat_n(SendFault::ServerError, n));
+    }
+
+    /// The next `n` `sendMessage` calls answer normally; queue this before a fault to make
+    /// a later call fail (the second chunk of a reply, say).
+    pub fn pass_sends(&self, n: usize) {
+        let mut st = self.shared.lock();
+        st.send_faults
+            .extend(std::iter::repeat_n(SendFault::Pass, n));
     }
 
     /// While on, `sendMessage` with `parse_mode` HTML answers "can't parse entities".

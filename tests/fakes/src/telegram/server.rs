@@ -217,7 +217,7 @@ fn send_message(shared: &Shared, p: &Map<String, Value>) -> Response {
             );
         }
         Some(SendFault::ServerError) => return error(500, "Internal Server Error"),
-        None => {}
+        Some(SendFault::Pass) | None => {}
     }
     if st.reject_html
         && parse_mode
