@@ -190,7 +190,7 @@ async fn steering_is_in_the_request_but_never_stored_or_shown() {
 }
 
 #[tokio::test]
-async fn heartbeat_ok_is_not_delivered_but_the_session_is_stored() {
+async fn heartbeat_ok_is_neither_delivered_nor_kept_in_the_history() {
     let h = Harness::new().await;
     h.llm.push(Reply::text("HEARTBEAT_OK"));
     let mut m = msg("hb:1", "check HEARTBEAT.md");
@@ -200,12 +200,12 @@ async fn heartbeat_ok_is_not_delivered_but_the_session_is_stored() {
     let out = turn(&h.agent(), &h.store, m).await;
     assert!(out.replies.is_empty());
     assert_eq!(h.llm.requests()[0].model, "cheap-model");
+    // A beat the user never saw does not fill the chat's history.
     assert_eq!(
         stored_session(&h.store)["messages"]
             .as_array()
-            .unwrap()
-            .len(),
-        2
+            .map_or(0, Vec::len),
+        0
     );
     assert!(
         h.store
@@ -354,6 +354,21 @@ async fn empty_first_answer_is_retried_once() {
             .unwrap_or("")
             .contains("previous answer was empty")
     }));
+}
+
+#[tokio::test]
+async fn an_answer_empty_twice_gets_the_user_an_error_not_silence() {
+    let h = Harness::new().await;
+    h.llm.push(Reply::empty());
+    h.llm.push(Reply::empty());
+    let out = turn(&h.agent(), &h.store, msg("t:1", "hi")).await;
+    assert_eq!(out.replies.len(), 1);
+    assert_eq!(out.replies[0].kind, OutboundKind::Error);
+    assert!(
+        out.replies[0].text.contains("empty answer"),
+        "{}",
+        out.replies[0].text
+    );
 }
 
 #[tokio::test]

@@ -46,6 +46,9 @@ use tools::spawn::Subagents;
 /// Streams a turn's text to whoever waits for it (the API channel), by inbound id.
 pub trait StreamRegistry: Send + Sync + 'static {
     fn sink_for(&self, inbound_id: &str) -> Option<DeltaSink>;
+    /// The turn for `inbound_id` was stopped and will send no reply: whoever waits for one
+    /// (an API request) is told so now.
+    fn stopped(&self, _inbound_id: &str) {}
 }
 
 /// An extra chat command answered without the LLM (`/reminders`).

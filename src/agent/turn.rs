@@ -149,7 +149,21 @@ impl Agent {
         if last.origin == Origin::User {
             writes.put(Tree::Meta, "last_active", key.to_string());
         }
+        // A turn that used tools may have done its work (a `message` sent) and say nothing.
+        let used_tools = state.produced.iter().any(|m| !m.tool_calls.is_empty());
         let (reply, kind) = match end {
+            // Never a silent drop: a person who wrote gets told the model said nothing.
+            LoopEnd::Answer(text)
+                if text.trim().is_empty() && last.origin == Origin::User && !used_tools =>
+            {
+                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%key, "the model answered nothing");
+                let text = "⚠️ The language model gave an empty answer. Please try again.";
+                return Ok(TurnOutput {
+                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    writes,
+                });
+            }
             LoopEnd::Answer(text) => (text, OutboundKind::Final),
             LoopEnd::Limit(text) => (text, OutboundKind::Final),
             LoopEnd::Cancelled => {
@@ -157,7 +171,11 @@ impl Agent {
                     return Err(Interrupted);
                 }
                 // `/stop`: keep what happened (tool results say "cancelled"); the bus
-                // already answered "Stopped.".
+                // already answered "Stopped." (to the `/stop`; a request waiting for this
+                // turn's own reply is told here).
+                if let Some(streams) = &self.streams {
+                    streams.stopped(&last.id);
+                }
                 self.store_session(&mut session, user, state.produced, key, &mut writes);
                 return Ok(TurnOutput {
                     replies: Vec::new(),
@@ -185,9 +203,16 @@ impl Agent {
                 });
             }
         };
-        self.store_session(&mut session, user, state.produced, key, &mut writes);
         let heartbeat_ok = last.origin == Origin::System(SystemOrigin::Heartbeat)
             && crate::scheduler::heartbeat::suppress_reply(&reply);
+        if heartbeat_ok {
+            // Nothing to tell: the beat leaves no trace in the chat's history, which would
+            // otherwise fill with beats the user never saw (and push their conversation out).
+            // The session is still saved, for any condensing the turn did.
+            session.save(key, &mut writes);
+        } else {
+            self.store_session(&mut session, user, state.produced, key, &mut writes);
+        }
         let replies = if reply.trim().is_empty() || heartbeat_ok {
             Vec::new()
         } else {
