@@ -243,6 +243,24 @@ async fn errors_are_classified() {
 }
 
 #[tokio::test]
+async fn a_stream_that_ends_early_is_not_taken_for_the_answer() {
+    let llm = FakeLlm::start().await;
+    llm.set_stream_chunk_chars(4);
+    let p = OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap();
+    llm.push(Reply::text("a long answer cut short").with_early_end_after(3));
+    let (sink, _) = collecting_sink();
+    let e = p.complete(&request("m"), Some(sink)).await.unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    // A whole stream still is.
+    llm.push(Reply::text("a whole answer"));
+    let (sink, _) = collecting_sink();
+    assert_eq!(
+        p.complete(&request("m"), Some(sink)).await.unwrap().text,
+        "a whole answer"
+    );
+}
+
+#[tokio::test]
 async fn a_refusal_quoting_the_api_key_never_repeats_it() {
     let llm = FakeLlm::start().await;
     let key = "sk-proj-SECRET-4711";

@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Env, TestChannel, ask, reply_text, with_test_channel};
+use common::{Env, TestChannel, ask, ask_status, reply_text, with_test_channel};
 use futures_util::StreamExt;
 use switchboard::store::{SledStore, Store, Tree};
 use switchboard_channel::{ChatKey, InboundMessage, Published, Sender};
@@ -109,6 +109,68 @@ async fn api_streams_server_sent_events() {
     running.stopped().await;
 }
 
+/// The text and error events of an SSE chat completion.
+async fn stream_events(base: &str, user: &str, text: &str) -> (String, Vec<serde_json::Value>) {
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(
+            &serde_json::json!({"model": "x", "stream": true, "user": user,
+            "messages": [{"role": "user", "content": text}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().await.unwrap();
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    let (mut streamed, mut errors) = (String::new(), Vec::new());
+    for line in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let Some(e) = v.get("error") {
+            errors.push(e.clone());
+        }
+        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+            streamed.push_str(t);
+        }
+    }
+    (streamed, errors)
+}
+
+#[tokio::test]
+async fn a_stopped_or_failed_api_request_ends_at_once_and_says_so() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let base = base(&running);
+    // /stop from another request ends the waiting one now, not after the reply timeout.
+    llm.push(Reply::text("far too late").with_delay(Duration::from_secs(300)));
+    let waiting = tokio::spawn({
+        let base = base.clone();
+        async move { ask(&base, "carol", "write me a novel").await }
+    });
+    llm.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(reply_text(&ask(&base, "carol", "/stop").await), "Stopped.");
+    let stopped = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    assert_eq!(reply_text(&stopped), "Stopped.");
+    // The model failing during a stream: an error event an OpenAI client raises.
+    llm.push(Reply::server_error());
+    llm.push(Reply::server_error());
+    let (streamed, errors) = stream_events(&base, "dave", "hello?").await;
+    assert_eq!(streamed, "");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0]["type"], "server_error");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("couldn't get an answer")
+    );
+    shutdown.cancel();
+    running.stopped().await;
+}
+
 #[tokio::test]
 async fn malformed_api_requests_get_clear_errors() {
     let llm = FakeLlm::start().await;
@@ -123,6 +185,14 @@ async fn malformed_api_requests_get_clear_errors() {
         (
             "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}",
             "no text",
+        ),
+        (
+            "{\"user\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}",
+            "`user` must be a string",
+        ),
+        (
+            "{\"stream\": \"yes\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}",
+            "`stream` must be true or false",
         ),
     ] {
         let r = http
@@ -372,8 +442,11 @@ async fn llm_failures_give_a_clear_error_reply_and_the_gateway_lives() {
     drop(closed);
     let env = Env::new(&dead, "[agent]\nname = \"Bot\"\n");
     let (running, shutdown) = env.start(Default::default()).await;
-    let v = ask(&base(&running), "u", "hello?").await;
-    let text = reply_text(&v);
+    // An OpenAI client sees an error it recognises (502, `error.message`), not an answer.
+    let (status, v) = ask_status(&base(&running), "u", "hello?").await;
+    assert_eq!(status, 502, "{v}");
+    assert_eq!(v["error"]["type"], "server_error");
+    let text = v["error"]["message"].as_str().unwrap();
     assert!(text.contains("couldn't get an answer"), "{text}");
     assert!(!text.contains("SB_TEST_LLM_KEY"));
     shutdown.cancel();
@@ -386,7 +459,9 @@ async fn llm_failures_give_a_clear_error_reply_and_the_gateway_lives() {
     llm.push(Reply::server_error());
     llm.push(Reply::server_error());
     let started = Instant::now();
-    let text = reply_text(&ask(&base(&running), "u", "hello?").await);
+    let (status, v) = ask_status(&base(&running), "u", "hello?").await;
+    assert_eq!(status, 502, "{v}");
+    let text = v["error"]["message"].as_str().unwrap();
     assert!(text.contains("couldn't get an answer"), "{text}");
     assert!(
         started.elapsed() >= Duration::from_millis(1500),

@@ -29,6 +29,7 @@ use crate::llm::DeltaSink;
 const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
 
 struct Waiter {
+    key: ChatKey,
     reply: oneshot::Sender<OutboundMessage>,
     deltas: Option<mpsc::Sender<String>>,
 }
@@ -74,7 +75,7 @@ impl ApiChannel {
         timeout: Duration,
     ) -> Result<OutboundMessage, String> {
         let id = msg.id.clone();
-        let rx = self.wait_for(&id, None);
+        let rx = self.wait_for(&id, &msg.key, None);
         let _guard = WaiterGuard { api: self, id };
         match bus.publish(msg).await {
             Ok(Published::Accepted) => {}
@@ -82,6 +83,8 @@ impl ApiChannel {
             Err(e) => return Err(e.to_string()),
         }
         match tokio::time::timeout(timeout, rx).await {
+            // The model could not answer: the caller (`chat`) fails with that message.
+            Ok(Ok(reply)) if reply.kind == OutboundKind::Error => Err(reply.text),
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(_)) => Err("the reply was lost".into()),
             Err(_) => Err(format!("no reply within {timeout:?}")),
@@ -99,13 +102,19 @@ impl ApiChannel {
     fn wait_for(
         &self,
         id: &str,
+        key: &ChatKey,
         deltas: Option<mpsc::Sender<String>>,
     ) -> oneshot::Receiver<OutboundMessage> {
         let (tx, rx) = oneshot::channel();
+        let waiter = Waiter {
+            key: key.clone(),
+            reply: tx,
+            deltas,
+        };
         self.waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_string(), Waiter { reply: tx, deltas });
+            .insert(id.to_string(), waiter);
         rx
     }
 }
@@ -123,6 +132,19 @@ impl StreamRegistry for ApiChannel {
             // A slow reader loses nothing: the final reply carries the whole text.
             let _ = tx.try_send(d.to_string());
         }))
+    }
+
+    fn stopped(&self, inbound_id: &str) {
+        let waiter = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(inbound_id);
+        if let Some(w) = waiter {
+            let mut reply = OutboundMessage::new(w.key, "Stopped.");
+            reply.in_reply_to_inbound = Some(inbound_id.to_string());
+            let _ = w.reply.send(reply);
+        }
     }
 }
 
@@ -191,7 +213,11 @@ fn authorized(headers: &HeaderMap) -> bool {
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| {
+            // The scheme is case-insensitive (RFC 9110).
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        })
         .unwrap_or("");
     crate::http::admin::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
 }
@@ -258,10 +284,17 @@ pub async fn chat_completions(
         }
         Err(e) => return error(StatusCode::BAD_REQUEST, &e, "invalid_request_error"),
     };
-    let user = body
-        .get("user")
-        .and_then(Value::as_str)
-        .unwrap_or("default");
+    let user = match body.get("user") {
+        None | Some(Value::Null) => "default",
+        Some(Value::String(u)) => u.as_str(),
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "`user` must be a string",
+                "invalid_request_error",
+            );
+        }
+    };
     let key: ChatKey = match format!("api:{user}").parse() {
         Ok(k) => k,
         Err(_) => {
@@ -272,7 +305,17 @@ pub async fn chat_completions(
             );
         }
     };
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "`stream` must be true or false",
+                "invalid_request_error",
+            );
+        }
+    };
     let model = body
         .get("model")
         .and_then(Value::as_str)
@@ -290,7 +333,7 @@ pub async fn chat_completions(
         display_name: user.to_string(),
         is_owner: false,
     };
-    let mut msg = InboundMessage::text(id.clone(), key, sender, text);
+    let mut msg = InboundMessage::text(id.clone(), key.clone(), sender, text);
     // Every request waits for its own answer, so API messages are never joined.
     msg.metadata.insert("join".into(), Value::Bool(false));
 
@@ -300,7 +343,7 @@ pub async fn chat_completions(
     } else {
         (None, None)
     };
-    let reply_rx = shared.api.wait_for(&id, delta_tx);
+    let reply_rx = shared.api.wait_for(&id, &key, delta_tx);
     let refused = match shared.bus.publish(msg).await {
         Ok(Published::Accepted) => None,
         Ok(other) => Some(error(
@@ -339,6 +382,10 @@ pub async fn chat_completions(
         }
     };
     drop(guard);
+    if reply.kind == OutboundKind::Error {
+        // The model could not answer: an error an OpenAI client recognises, not a reply.
+        return error(StatusCode::BAD_GATEWAY, &reply.text, "server_error");
+    }
     axum::Json(json!({
         "id": completion_id,
         "object": "chat.completion",
@@ -406,7 +453,7 @@ fn stream_reply(
                         return;
                     }
                 }
-                r = &mut reply_rx => break r.ok().map(|m| m.text),
+                r = &mut reply_rx => break r.ok(),
                 _ = &mut deadline => break None,
             }
         };
@@ -422,7 +469,19 @@ fn stream_reply(
             ))
             .await;
         }
-        if let Some(text) = final_text {
+        let text = match final_text {
+            Some(m) if m.kind != OutboundKind::Error => m.text,
+            // An error mid-stream (or no reply in time): as OpenAI streams one, which its
+            // clients raise, whatever was streamed before.
+            failed => {
+                let message = failed.map_or_else(|| "no reply in time".to_string(), |m| m.text);
+                let body = json!({"error": {"message": message, "type": "server_error", "code": Value::Null}});
+                let _ = send(Event::default().data(body.to_string())).await;
+                let _ = send(Event::default().data("[DONE]")).await;
+                return;
+            }
+        };
+        {
             let rest = text
                 .strip_prefix(streamed.as_str())
                 .unwrap_or(if streamed.is_empty() { &text } else { "" });
@@ -447,7 +506,10 @@ fn stream_reply(
         .await;
         let _ = send(Event::default().data("[DONE]")).await;
     });
+    // Comments while the model thinks (retries may take minutes), so idle proxies keep the
+    // connection.
     Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>))
+        .keep_alive(axum::response::sse::KeepAlive::default())
 }
 
 use futures_util::StreamExt as _;

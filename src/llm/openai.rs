@@ -270,17 +270,28 @@ impl LlmProvider for OpenAi {
         let mut calls: Vec<PartialCall> = Vec::new();
         let mut parser = sse::Parser::default();
         let mut body = resp.bytes_stream();
+        let mut done = false;
         'stream: while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(transport)?;
             for ev in parser.push(&chunk) {
                 if ev.data == "[DONE]" {
+                    done = true;
                     break 'stream;
                 }
                 apply_chunk(&ev.data, &mut out, &mut calls, &on_delta)?;
             }
         }
-        if let Some(ev) = parser.finish().filter(|e| e.data != "[DONE]") {
-            apply_chunk(&ev.data, &mut out, &mut calls, &on_delta)?;
+        match parser.finish() {
+            Some(ev) if ev.data == "[DONE]" => done = true,
+            Some(ev) => apply_chunk(&ev.data, &mut out, &mut calls, &on_delta)?,
+            None => {}
+        }
+        // A connection closed mid-answer is not an answer: neither `[DONE]` nor a
+        // `finish_reason` came. Retried like any dropped connection.
+        if !done && out.finish_reason.is_empty() {
+            return Err(LlmError::Unavailable(
+                "the answer's stream ended before it was complete".into(),
+            ));
         }
         out.tool_calls = calls
             .into_iter()

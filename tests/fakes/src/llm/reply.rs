@@ -36,6 +36,8 @@ pub(crate) enum StreamFault {
     ErrorEvent,
     /// The connection is cut: the chunked body never terminates properly.
     Disconnect,
+    /// The body ends cleanly, but early: no finish reason, no `[DONE]` / `message_stop`.
+    EndEarly,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -233,6 +235,14 @@ impl Reply {
     /// unaffected.
     pub fn with_disconnect_after(mut self, events: usize) -> Self {
         self.stream_fault = Some((events, StreamFault::Disconnect));
+        self
+    }
+
+    /// When streamed, sends the first `events` SSE events, then ends the body cleanly, as
+    /// a proxy that gives up may: no finish reason, no `[DONE]`. Non-stream requests are
+    /// unaffected.
+    pub fn with_early_end_after(mut self, events: usize) -> Self {
+        self.stream_fault = Some((events, StreamFault::EndEarly));
         self
     }
 

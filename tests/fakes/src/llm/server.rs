@@ -172,6 +172,7 @@ async fn complete(
                 Provider::Anthropic => anthropic::stream_error_event(),
             }),
             StreamFault::Disconnect => disconnect = true,
+            StreamFault::EndEarly => {}
         }
     }
     if let (true, Rendering::Events(events)) = (reply.sse_comments, &mut rendered.body) {
