@@ -102,6 +102,37 @@ async fn path_and_symlink_escapes_are_refused() {
 }
 
 #[tokio::test]
+async fn edit_file_replaces_exactly_one_occurrence() {
+    let h = Harness::new().await;
+    std::fs::write(h.workspace().join("notes.md"), "aaa then b").unwrap();
+    h.llm.push(Reply::tool_calls([
+        // `aa` is in `aaa` twice (overlapping): ambiguous, nothing changes.
+        (
+            "edit_file",
+            json!({"path": "notes.md", "old_text": "aa", "new_text": "x"}),
+        ),
+        (
+            "edit_file",
+            json!({"path": "notes.md", "old_text": "zz", "new_text": "x"}),
+        ),
+        (
+            "edit_file",
+            json!({"path": "notes.md", "old_text": "b", "new_text": "c"}),
+        ),
+    ]));
+    h.llm.push(Reply::text("done"));
+    turn(&h.agent(), &h.store, msg("t:1", "go")).await;
+    let results = tool_results(&h.llm.requests()[1].body);
+    assert!(results[0].contains("occurs 2 times"), "{}", results[0]);
+    assert!(results[1].contains("not found"), "{}", results[1]);
+    assert_eq!(results[2], "edited notes.md");
+    assert_eq!(
+        std::fs::read_to_string(h.workspace().join("notes.md")).unwrap(),
+        "aaa then c"
+    );
+}
+
+#[tokio::test]
 async fn exec_runs_in_the_workspace_without_secrets_and_denies_destructive_commands() {
     let h = Harness::new().await;
     // cargo sets CARGO_MANIFEST_DIR for the test process: a stand-in for a gateway secret.

@@ -33,6 +33,9 @@ fn actionable_content_table() {
         ("1. call the bank", true),
         ("#hashtag is text, not a heading", true),
         ("<!-- comment --> but this is text", true),
+        ("Heartbeat\n=========\n\nToday\n-----\n", false),
+        ("# Tasks\n\n---\n\n* * *\n___\n", false),
+        ("Heartbeat\n=========\nwater the plants", true),
     ];
     for (md, expect) in cases {
         assert_eq!(is_actionable(md), *expect, "{md:?}");

@@ -15,15 +15,24 @@ pub const BOOTSTRAP_FILES: [&str; 4] = ["AGENTS.md", "SOUL.md", "USER.md", "TOOL
 /// Longest part of one file put into the prompt, in characters.
 const MAX_FILE_CHARS: usize = 12_000;
 
-fn read_capped(path: &Path) -> Option<String> {
+/// A workspace file for the prompt, cut to [`MAX_FILE_CHARS`]: its start, or with `keep_end`
+/// its end (`MEMORY.md` grows at the bottom, and the newest facts matter most).
+fn read_capped(path: &Path, keep_end: bool) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     let text = text.trim();
     if text.is_empty() {
         return None;
     }
-    Some(match text.char_indices().nth(MAX_FILE_CHARS) {
-        Some((b, _)) => format!("{}\n[… cut]", &text[..b]),
-        None => text.to_string(),
+    let total = text.chars().count();
+    if total <= MAX_FILE_CHARS {
+        return Some(text.to_string());
+    }
+    Some(if keep_end {
+        let (b, _) = text.char_indices().nth(total - MAX_FILE_CHARS)?;
+        format!("[… older part cut]\n{}", &text[b..])
+    } else {
+        let (b, _) = text.char_indices().nth(MAX_FILE_CHARS)?;
+        format!("{}\n[… cut]", &text[..b])
     })
 }
 
@@ -43,11 +52,11 @@ pub fn stable(
     );
     let ws = &config.gateway.workspace;
     for file in BOOTSTRAP_FILES {
-        if let Some(text) = read_capped(&ws.join(file)) {
+        if let Some(text) = read_capped(&ws.join(file), false) {
             let _ = write!(p, "\n\n## {file}\n{text}");
         }
     }
-    if let Some(text) = read_capped(&ws.join(super::tools::memory::MEMORY_FILE)) {
+    if let Some(text) = read_capped(&ws.join(super::tools::memory::MEMORY_FILE), true) {
         let _ = write!(p, "\n\n## Memory (MEMORY.md)\n{text}");
     }
     let available: Vec<&Skill> = skills.iter().filter(|s| s.available()).collect();
@@ -84,4 +93,24 @@ pub fn dynamic(config: &Config, model: &str) -> String {
         now.format("%A %Y-%m-%d %H:%M"),
         config.gateway.timezone
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_file_keeps_its_start_and_memory_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("MEMORY.md");
+        let text = format!("oldest fact\n{}\nnewest fact", "x".repeat(MAX_FILE_CHARS));
+        std::fs::write(&path, &text).unwrap();
+        let head = read_capped(&path, false).unwrap();
+        assert!(head.starts_with("oldest fact") && !head.contains("newest fact"));
+        let tail = read_capped(&path, true).unwrap();
+        assert!(tail.ends_with("newest fact") && !tail.contains("oldest fact"));
+        assert!(tail.chars().count() < MAX_FILE_CHARS + 40);
+        std::fs::write(&path, "short").unwrap();
+        assert_eq!(read_capped(&path, true).unwrap(), "short");
+    }
 }

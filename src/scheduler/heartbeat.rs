@@ -40,9 +40,9 @@ pub fn suppress_reply(text: &str) -> bool {
     }
 }
 
-/// Whether `HEARTBEAT.md` asks for anything. Blank lines, headings, HTML comments and empty
-/// list or checkbox items (`- [ ]` with nothing after it) are not actionable; any other
-/// line (a bullet item, text under a heading) is.
+/// Whether `HEARTBEAT.md` asks for anything. Blank lines, headings (`#` or underlined),
+/// rules (`---`), HTML comments and empty list or checkbox items (`- [ ]` with nothing after
+/// it) are not actionable; any other line (a bullet item, text under a heading) is.
 pub fn is_actionable(markdown: &str) -> bool {
     let mut rest = markdown;
     let mut text = String::with_capacity(markdown.len());
@@ -55,9 +55,28 @@ pub fn is_actionable(markdown: &str) -> bool {
         }
     }
     text.push_str(rest);
-    text.lines()
-        .map(str::trim)
-        .any(|line| !(line.is_empty() || is_heading(line) || is_empty_item(line)))
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    lines.iter().enumerate().any(|(i, line)| {
+        // `Title` over `=====` or `-----` is a heading too.
+        let underlined = lines.get(i + 1).is_some_and(|next| is_underline(next));
+        !(line.is_empty()
+            || is_heading(line)
+            || is_empty_item(line)
+            || is_rule(line)
+            || is_underline(line)
+            || underlined)
+    })
+}
+
+/// A setext heading's underline: `===` or `---` (at least two).
+fn is_underline(line: &str) -> bool {
+    line.len() >= 2 && (line.chars().all(|c| c == '=') || line.chars().all(|c| c == '-'))
+}
+
+/// A thematic break: `---`, `***`, `___` (spaces allowed between).
+fn is_rule(line: &str) -> bool {
+    let marks: Vec<char> = line.chars().filter(|c| !c.is_whitespace()).collect();
+    marks.len() >= 3 && matches!(marks[0], '-' | '*' | '_') && marks.iter().all(|c| *c == marks[0])
 }
 
 fn is_heading(line: &str) -> bool {

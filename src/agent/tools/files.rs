@@ -120,7 +120,12 @@ impl Tool for EditFile {
         let text = tokio::fs::read_to_string(&real)
             .await
             .map_err(|e| io_err(path, e))?;
-        match text.matches(old).count() {
+        // Overlapping matches count too: `aa` occurs twice in `aaa`.
+        let occurrences = text
+            .char_indices()
+            .filter(|(i, _)| text[*i..].starts_with(old))
+            .count();
+        match occurrences {
             0 => Err(ToolError::Failed(format!("old_text not found in {path}"))),
             1 => {
                 let updated = text.replacen(old, new, 1);

@@ -93,6 +93,8 @@ impl Tool for WebFetch {
             let client = reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .timeout(FETCH_TIMEOUT)
+                // A proxy from HTTP(S)_PROXY would resolve the name itself, past the check.
+                .no_proxy()
                 .resolve(&host, addr)
                 .user_agent(USER_AGENT)
                 .build()
