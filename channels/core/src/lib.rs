@@ -6,14 +6,18 @@
 //!   [`InboundSender`] an adapter publishes through.
 //! - [`format`]: markdown rendering for each platform dialect and chunking at a platform's
 //!   message limit, written once for all adapters.
+//! - [`bounded`]: [`Bounded`], the capped map adapters remember things in between intake
+//!   and replies.
 //!
 //! Adapters depend on this crate only; they never see the bus, the agent or the store.
 
+pub mod bounded;
 pub mod channel;
 pub mod format;
 pub mod key;
 pub mod message;
 
+pub use bounded::Bounded;
 pub use channel::{
     Capabilities, Channel, ChannelError, Dialect, InboundSender, InboundSink, PublishError,
     Published, SendError, SendReceipt,

@@ -1,6 +1,8 @@
 //! Messages crossing the bus: [`InboundMessage`] from platforms and producers,
 //! [`OutboundMessage`] back to them.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -169,6 +171,20 @@ impl OutboundMessage {
             in_reply_to_inbound: None,
         }
     }
+
+    /// Identifies a reply across the outbox's retries: a hash of its key, text, `reply_to`
+    /// and `in_reply_to_inbound`. Only for in-memory use: it is not stable across builds.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        (
+            &self.key,
+            &self.text,
+            &self.reply_to,
+            &self.in_reply_to_inbound,
+        )
+            .hash(&mut h);
+        h.finish()
+    }
 }
 
 /// The chat command a text is, lowercased and without a `@botname` suffix
@@ -207,6 +223,26 @@ mod tests {
             InboundMessage::text("2", "api:a".parse().unwrap(), Sender::default(), "hi");
         assert!(!short.truncate_oversized());
         assert_eq!(short.text, "hi");
+    }
+
+    #[test]
+    fn fingerprints_tell_replies_apart() {
+        let key: ChatKey = "api:a".parse().unwrap();
+        let m = OutboundMessage::new(key.clone(), "hi");
+        assert_eq!(m.fingerprint(), m.clone().fingerprint());
+        let other_key = OutboundMessage::new("api:b".parse().unwrap(), "hi");
+        let other_text = OutboundMessage::new(key, "ho");
+        let replying = OutboundMessage {
+            reply_to: Some("1".into()),
+            ..m.clone()
+        };
+        let answering = OutboundMessage {
+            in_reply_to_inbound: Some("1".into()),
+            ..m.clone()
+        };
+        for o in [other_key, other_text, replying, answering] {
+            assert_ne!(m.fingerprint(), o.fingerprint(), "{o:?}");
+        }
     }
 
     #[test]

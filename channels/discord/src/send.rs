@@ -2,13 +2,13 @@
 //! to the triggering message), wait out 429s and back off on 5xx, and remember delivered
 //! chunks so that a retried reply never posts a chunk twice.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchboard_channel::{Capabilities, ChatKey, OutboundMessage, SendError, SendReceipt};
+use switchboard_channel::{
+    Bounded, Capabilities, ChatKey, OutboundMessage, SendError, SendReceipt,
+};
 
 use crate::DiscordConfig;
 use crate::rest::{Rest, RestError};
@@ -36,51 +36,35 @@ pub(crate) fn to_send_error(e: RestError) -> SendError {
     }
 }
 
-/// Posted chunk ids by reply fingerprint, and the fingerprints oldest first.
-type Remembered = (HashMap<u64, Vec<String>>, VecDeque<u64>);
-
 /// Ids of chunks already posted for replies that failed part-way, by reply fingerprint.
-#[derive(Default)]
+/// Bounded to [`REMEMBERED_REPLIES`] replies.
 pub(crate) struct DeliveredChunks {
-    inner: Mutex<Remembered>,
+    inner: Mutex<Bounded<u64, Vec<String>>>,
+}
+
+impl Default for DeliveredChunks {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Bounded::with_cap(REMEMBERED_REPLIES)),
+        }
+    }
 }
 
 impl DeliveredChunks {
     fn get(&self, fp: u64) -> Vec<String> {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.0.get(&fp).cloned().unwrap_or_default()
+        g.get(&fp).cloned().unwrap_or_default()
     }
 
     fn remember(&self, fp: u64, ids: &[String]) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.0.insert(fp, ids.to_vec()).is_none() {
-            g.1.push_back(fp);
-            if g.1.len() > REMEMBERED_REPLIES {
-                if let Some(old) = g.1.pop_front() {
-                    g.0.remove(&old);
-                }
-            }
-        }
+        g.insert(fp, ids.to_vec());
     }
 
     fn forget(&self, fp: u64) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.0.remove(&fp).is_some() {
-            g.1.retain(|f| *f != fp);
-        }
+        g.remove(&fp);
     }
-}
-
-fn fingerprint(msg: &OutboundMessage) -> u64 {
-    let mut h = DefaultHasher::new();
-    (
-        msg.key.to_string(),
-        &msg.text,
-        &msg.reply_to,
-        &msg.in_reply_to_inbound,
-    )
-        .hash(&mut h);
-    h.finish()
 }
 
 /// The JSON body of one chunk. Mentions: users only (never @everyone, @here or roles).
@@ -139,7 +123,7 @@ pub(crate) async fn send(
         .into_iter()
         .filter(|c| !c.trim().is_empty())
         .collect();
-    let fp = fingerprint(msg);
+    let fp = msg.fingerprint();
     let mut ids = delivered.get(fp);
     for (i, chunk) in chunks.iter().enumerate().skip(ids.len()) {
         let reply_to = if i == 0 {

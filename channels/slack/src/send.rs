@@ -7,8 +7,6 @@
 //! already delivered are remembered by the reply's fingerprint, so the outbox's retry of
 //! the same reply sends only the rest.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use switchboard_channel::format::render_chunks;
@@ -31,14 +29,6 @@ fn target(key: &ChatKey) -> Result<(&str, Option<&str>), SendError> {
         Some(_) => Err(SendError::Permanent(format!("bad slack key: {key}"))),
         None => Ok((key.chat_id.as_str(), None)),
     }
-}
-
-fn fingerprint(msg: &OutboundMessage) -> u64 {
-    let mut h = DefaultHasher::new();
-    msg.key.hash(&mut h);
-    msg.text.hash(&mut h);
-    msg.in_reply_to_inbound.hash(&mut h);
-    h.finish()
 }
 
 async fn post_chunk(
@@ -76,7 +66,7 @@ pub(crate) async fn send(
 ) -> Result<SendReceipt, SendError> {
     let (channel, thread) = target(&msg.key)?;
     let chunks = render_chunks(&msg.text, caps);
-    let fp = fingerprint(msg);
+    let fp = msg.fingerprint();
     let start = sh.memory().delivered_chunks.get(&fp).copied().unwrap_or(0);
     let mut receipt = SendReceipt::default();
     for (i, chunk) in chunks.iter().enumerate().skip(start) {

@@ -1,14 +1,12 @@
 //! Delivering replies: chat key → chat and topic, markdown → HTML chunks, `sendMessage`
 //! with retries, plain-text fallback when Telegram rejects the markup, typing indicator.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use switchboard_channel::format::{chunk_markdown, render, render_chunks};
 use switchboard_channel::{
-    Capabilities, ChatKey, Dialect, OutboundMessage, SendError, SendReceipt,
+    Bounded, Capabilities, ChatKey, Dialect, OutboundMessage, SendError, SendReceipt,
 };
 use teloxide::Bot;
 use teloxide::payloads::{SendChatActionSetters, SendMessageSetters};
@@ -157,54 +155,36 @@ pub(crate) struct Progress {
     ids: Vec<String>,
 }
 
-/// Progress of replies that failed part-way, by reply fingerprint, and the fingerprints
-/// oldest first.
-type Remembered = (HashMap<u64, Progress>, VecDeque<u64>);
-
-/// What was already posted of replies that failed part-way, so that the outbox's retry of
-/// the same reply never posts a chunk twice. Bounded to [`REMEMBERED_REPLIES`] replies.
-#[derive(Default)]
+/// What was already posted of replies that failed part-way, by reply fingerprint, so that
+/// the outbox's retry of the same reply never posts a chunk twice. Bounded to
+/// [`REMEMBERED_REPLIES`] replies.
 pub(crate) struct DeliveredChunks {
-    inner: Mutex<Remembered>,
+    inner: Mutex<Bounded<u64, Progress>>,
+}
+
+impl Default for DeliveredChunks {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Bounded::with_cap(REMEMBERED_REPLIES)),
+        }
+    }
 }
 
 impl DeliveredChunks {
     fn get(&self, fp: u64) -> Progress {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.0.get(&fp).cloned().unwrap_or_default()
+        g.get(&fp).cloned().unwrap_or_default()
     }
 
     fn remember(&self, fp: u64, progress: &Progress) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.0.insert(fp, progress.clone()).is_none() {
-            g.1.push_back(fp);
-            if g.1.len() > REMEMBERED_REPLIES
-                && let Some(old) = g.1.pop_front()
-            {
-                g.0.remove(&old);
-            }
-        }
+        g.insert(fp, progress.clone());
     }
 
     fn forget(&self, fp: u64) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.0.remove(&fp).is_some() {
-            g.1.retain(|f| *f != fp);
-        }
+        g.remove(&fp);
     }
-}
-
-/// Identifies a reply across the outbox's retries.
-fn fingerprint(msg: &OutboundMessage) -> u64 {
-    let mut h = DefaultHasher::new();
-    (
-        msg.key.to_string(),
-        &msg.text,
-        &msg.reply_to,
-        &msg.in_reply_to_inbound,
-    )
-        .hash(&mut h);
-    h.finish()
 }
 
 /// Why one message was not posted.
@@ -251,7 +231,7 @@ impl Sender<'_> {
             .and_then(|r| r.trim().parse::<i32>().ok())
             .filter(|_| target.is_group());
         let chunks = chunks(&msg.text, self.caps);
-        let fp = fingerprint(msg);
+        let fp = msg.fingerprint();
         let mut progress = self.delivered.get(fp);
         for (i, chunk) in chunks.iter().enumerate().skip(progress.chunks) {
             let reply = if i == 0 { reply_to } else { None };
@@ -468,7 +448,7 @@ mod tests {
         assert_eq!(d.get(REMEMBERED_REPLIES as u64 + 9), p);
         d.forget(REMEMBERED_REPLIES as u64 + 9);
         assert_eq!(d.get(REMEMBERED_REPLIES as u64 + 9), Progress::default());
-        assert_eq!(d.inner.lock().unwrap().1.len(), REMEMBERED_REPLIES - 1);
+        assert_eq!(d.inner.lock().unwrap().len(), REMEMBERED_REPLIES - 1);
     }
 
     #[test]
