@@ -101,32 +101,24 @@ pub fn start_all(
     #[cfg(feature = "slack")]
     {
         let s = &c.slack;
-        match (s.enabled, secret(&s.bot_token_env)) {
+        match (s.enabled, s.missing_credentials()) {
             (false, _) => off("slack", "disabled in the config".into()),
-            (true, None) => off("slack", format!("${} is not set", s.bot_token_env)),
-            (true, Some(token)) => {
+            (true, Some(why)) => off("slack", why),
+            (true, None) => {
+                // Set: `missing_credentials` checked it.
+                let token = secret(&s.bot_token_env).unwrap_or_default();
                 let mut cfg = switchboard_slack::SlackConfig::new(token);
                 cfg.app_token = secret(&s.app_token_env);
                 cfg.signing_secret = secret(&s.signing_secret_env);
                 cfg.api_url = s.api_url.clone();
                 cfg.reply_in_thread = s.reply_in_thread;
-                if cfg.app_token.is_none() && cfg.signing_secret.is_none() {
-                    off(
-                        "slack",
-                        format!(
-                            "neither ${} (Socket Mode) nor ${} (Events API) is set",
-                            s.app_token_env, s.signing_secret_env
-                        ),
-                    );
-                } else {
-                    match switchboard_slack::SlackChannel::new(cfg) {
-                        Ok(ch) => {
-                            let ch = Arc::new(ch);
-                            let _ = shared.slack.set(ch.clone());
-                            launch(shared, registry, ch, shutdown, tracker);
-                        }
-                        Err(e) => tracing::error!(channel = "slack", "cannot start: {e}"),
+                match switchboard_slack::SlackChannel::new(cfg) {
+                    Ok(ch) => {
+                        let ch = Arc::new(ch);
+                        let _ = shared.slack.set(ch.clone());
+                        launch(shared, registry, ch, shutdown, tracker);
                     }
+                    Err(e) => tracing::error!(channel = "slack", "cannot start: {e}"),
                 }
             }
         }

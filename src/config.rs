@@ -256,6 +256,21 @@ pub struct SlackConfig {
 }
 
 impl SlackConfig {
+    /// Why the channel cannot start with the environment as it is (`None`: it can): it
+    /// needs the bot token and a way to receive events, Socket Mode or the Events API.
+    pub fn missing_credentials(&self) -> Option<String> {
+        if secret(&self.bot_token_env).is_none() {
+            return Some(format!("${} is not set", self.bot_token_env));
+        }
+        if secret(&self.app_token_env).is_none() && secret(&self.signing_secret_env).is_none() {
+            return Some(format!(
+                "neither ${} (Socket Mode) nor ${} (Events API) is set",
+                self.app_token_env, self.signing_secret_env
+            ));
+        }
+        None
+    }
+
     pub fn access(&self) -> Access {
         Access {
             dm_policy: self.dm_policy,

@@ -154,7 +154,8 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
             .map_or("built-in defaults".into(), |p| p.display().to_string()),
     );
     for w in &loaded.warnings {
-        report(false, "config warning", w.clone());
+        // Worth reading, not a failure: the gateway runs with them.
+        println!("warn config: {w}");
     }
     let data_ok =
         std::fs::create_dir_all(&c.gateway.data_dir).is_ok() && tempfile_in(&c.gateway.data_dir);
@@ -180,9 +181,22 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()?;
-    let mut rb = http.get(format!("{}/models", c.llm.base_url.trim_end_matches('/')));
-    if let Some(k) = &key {
-        rb = rb.bearer_auth(k).header("x-api-key", k);
+    let base = c.llm.base_url.trim_end_matches('/');
+    let mut rb = match c.llm.provider {
+        crate::config::Provider::Openai => {
+            let rb = http.get(format!("{base}/models"));
+            match &key {
+                Some(k) => rb.bearer_auth(k),
+                None => rb,
+            }
+        }
+        // The Messages API's base has no /v1, and it wants its version header.
+        crate::config::Provider::Anthropic => http
+            .get(format!("{base}/v1/models"))
+            .header("anthropic-version", "2023-06-01"),
+    };
+    if let (crate::config::Provider::Anthropic, Some(k)) = (c.llm.provider, &key) {
+        rb = rb.header("x-api-key", k);
     }
     match rb.send().await {
         Ok(r) if r.status().is_success() => {
@@ -199,7 +213,9 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
             format!("{} unreachable: {}", c.llm.base_url, e.without_url()),
         ),
     }
-    if key.is_none() {
+    if c.llm.api_key_env.trim().is_empty() {
+        println!("ok   llm key: none (llm.api_key_env is empty, as for a local Ollama)");
+    } else if key.is_none() {
         report(
             false,
             "llm key",
@@ -207,39 +223,20 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
         );
     }
     let ch = &c.channels;
-    for (name, enabled, vars) in [
+    let unset = |var: &str| secret(var).is_none().then(|| format!("${var} is not set"));
+    for (name, enabled, missing) in [
         (
             "telegram",
             ch.telegram.enabled,
-            vec![ch.telegram.token_env.as_str()],
+            unset(&ch.telegram.token_env),
         ),
-        (
-            "discord",
-            ch.discord.enabled,
-            vec![ch.discord.token_env.as_str()],
-        ),
-        (
-            "slack",
-            ch.slack.enabled,
-            vec![ch.slack.bot_token_env.as_str()],
-        ),
+        ("discord", ch.discord.enabled, unset(&ch.discord.token_env)),
+        ("slack", ch.slack.enabled, ch.slack.missing_credentials()),
     ] {
-        if !enabled {
-            println!("off  {name}: disabled in the config");
-            continue;
-        }
-        let missing: Vec<&str> = vars
-            .iter()
-            .copied()
-            .filter(|v| secret(v).is_none())
-            .collect();
-        if missing.is_empty() {
-            report(true, name, "credentials set".into());
-        } else {
-            println!(
-                "off  {name}: ${} not set, so the channel stays off",
-                missing.join(", $")
-            );
+        match (enabled, missing) {
+            (false, _) => println!("off  {name}: disabled in the config"),
+            (true, None) => report(true, name, "credentials set".into()),
+            (true, Some(why)) => println!("off  {name}: {why}, so the channel stays off"),
         }
     }
     if problems > 0 {
