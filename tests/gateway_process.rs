@@ -182,6 +182,14 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
             "[llm]\napi_key_env = \"sk-proj-SECRET\"\n",
             "llm.api_key_env: must name an environment variable",
         ),
+        (
+            "[gateway]\ndata_dir = \"\"\n",
+            "gateway.data_dir: must not be empty",
+        ),
+        (
+            "[llm]\nfallback_models = [\"backup\", \" \"]\n",
+            "llm.fallback_models[1]: must be a model name",
+        ),
     ] {
         let (ok, _, err) = config_check(toml);
         assert!(!ok, "{toml} should fail");

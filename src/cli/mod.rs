@@ -141,7 +141,12 @@ pub enum SessionsAction {
 pub fn config_path(cli: &Cli) -> Option<PathBuf> {
     cli.config
         .clone()
-        .or_else(|| std::env::var_os("SWITCHBOARD_CONFIG").map(PathBuf::from))
+        .or_else(|| {
+            // Set but empty counts as unset, as for the other variables.
+            std::env::var_os("SWITCHBOARD_CONFIG")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
         .or_else(|| {
             let p = PathBuf::from("config.toml");
             p.exists().then_some(p)

@@ -158,6 +158,16 @@ fn invalid(path: &str, msg: impl std::fmt::Display) -> ConfigError {
 
 fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     let g = &c.gateway;
+    // "" would be the config file's own folder: the agent's files next to the config and
+    // the store's files.
+    for (key, path) in [
+        ("gateway.data_dir", &g.data_dir),
+        ("gateway.workspace", &g.workspace),
+    ] {
+        if path.as_os_str().is_empty() {
+            return Err(invalid(key, "must not be empty (a folder, like \"data\")"));
+        }
+    }
     if !g.http_listen.trim().is_empty() && g.http_listen.parse::<std::net::SocketAddr>().is_err() {
         return Err(invalid(
             "gateway.http_listen",
@@ -191,6 +201,12 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     check_url("llm.base_url", &l.base_url)?;
     if l.model.trim().is_empty() {
         return Err(invalid("llm.model", "must not be empty"));
+    }
+    if let Some(i) = l.fallback_models.iter().position(|m| m.trim().is_empty()) {
+        return Err(invalid(
+            &format!("llm.fallback_models[{i}]"),
+            "must be a model name",
+        ));
     }
     if l.max_tokens == 0 {
         return Err(invalid("llm.max_tokens", "must be at least 1"));
