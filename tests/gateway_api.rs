@@ -336,6 +336,54 @@ async fn a_reply_for_a_channel_not_running_waits_for_a_start_where_it_runs() {
 }
 
 #[tokio::test]
+async fn a_message_the_gateway_keeps_dying_on_is_given_up_and_its_sender_told() {
+    use switchboard::bus::MAX_RESUMES;
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    // As a crash in their turns would leave them: one resumed at every start so far, one
+    // resumed once.
+    {
+        let store = SledStore::open(&env.data_dir()).unwrap();
+        let mut poison = inbound("poison", &ChatKey::new("test", "p"), "crash me");
+        poison
+            .metadata
+            .insert("resumes".into(), serde_json::json!(MAX_RESUMES));
+        let mut fine = inbound("fine", &ChatKey::new("test", "q"), "hello");
+        fine.metadata.insert("resumes".into(), serde_json::json!(1));
+        let mut b = switchboard::store::Batch::default();
+        for (seq, m) in [(1u64, &poison), (2, &fine)] {
+            b.put(
+                Tree::Inbox,
+                seq.to_be_bytes().to_vec(),
+                serde_json::to_vec(m).unwrap(),
+            );
+        }
+        store.commit(b).await.unwrap();
+    }
+    let ch = Arc::new(TestChannel::default());
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let mut sent = ch.wait_for(2, WAIT).await;
+    sent.sort_by(|a, b| a.key.chat_id.cmp(&b.key.chat_id));
+    assert_eq!(sent[0].key.chat_id, "p");
+    assert_eq!(sent[0].kind, switchboard_channel::OutboundKind::Error);
+    assert!(
+        sent[0].text.contains("could not handle"),
+        "{}",
+        sent[0].text
+    );
+    assert_eq!(sent[1].text, "echo: hello");
+    assert_eq!(
+        llm.request_count(),
+        1,
+        "the given-up message never reached the model"
+    );
+    shutdown.cancel();
+    running.stopped().await;
+    let store = SledStore::open(&env.data_dir()).unwrap();
+    assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn waiting_messages_are_joined_into_the_next_turn() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");

@@ -35,6 +35,9 @@ const MAX_JOIN: usize = 20;
 const MAX_QUEUED: usize = 16_384;
 /// Most messages stored by one write of [`Bus::publish_many`].
 const MAX_PUBLISH: usize = 1_024;
+/// Starts a message may be resumed at: one the gateway keeps dying on (a crash in its turn
+/// would otherwise repeat at every start) is given up after this many, and its sender told.
+pub const MAX_RESUMES: u64 = 5;
 
 /// One turn's input.
 pub struct TurnInput {
@@ -312,7 +315,16 @@ impl Bus {
         &self,
         replies: Vec<OutboundMessage>,
     ) -> Result<(), BusError> {
-        let entries = self.outbox.record(replies, Batch::default()).await?;
+        self.record_then_deliver(replies, Batch::default()).await
+    }
+
+    /// Record `replies` with `writes`, then deliver them in the background.
+    async fn record_then_deliver(
+        &self,
+        replies: Vec<OutboundMessage>,
+        writes: Batch,
+    ) -> Result<(), BusError> {
+        let entries = self.outbox.record(replies, writes).await?;
         let outbox = self.outbox.clone();
         self.tracker
             .spawn(async move { outbox.deliver(entries).await });
@@ -414,7 +426,7 @@ impl Bus {
             let Ok(seq_bytes) = <[u8; 8]>::try_from(k.as_slice()) else {
                 continue;
             };
-            let msg: InboundMessage = match serde_json::from_slice(&v) {
+            let mut msg: InboundMessage = match serde_json::from_slice(&v) {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::error!("dropping unreadable inbox entry: {e}");
@@ -422,6 +434,9 @@ impl Bus {
                     continue;
                 }
             };
+            if !self.count_resume(&k, &mut msg).await? {
+                continue;
+            }
             let permit = self
                 .queued
                 .clone()
@@ -436,6 +451,44 @@ impl Bus {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Count one more start at which `msg` (inbox entry `key`) is resumed, durably, before
+    /// its turn runs again. Past [`MAX_RESUMES`] the entry is dropped instead (a person who
+    /// sent it is told) and `false` returned.
+    async fn count_resume(&self, key: &[u8], msg: &mut InboundMessage) -> Result<bool, BusError> {
+        let resumes = msg
+            .metadata
+            .get("resumes")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+            + 1;
+        let mut writes = Batch::default();
+        if resumes > MAX_RESUMES {
+            tracing::error!(id = %msg.id, key = %msg.key,
+                "giving up on a message: the gateway stopped {MAX_RESUMES} times while handling it");
+            writes.delete(Tree::Inbox, key.to_vec());
+            let mut replies = Vec::new();
+            if msg.origin == switchboard_channel::Origin::User {
+                let mut reply = OutboundMessage::new(
+                    msg.key.clone(),
+                    "⚠️ Sorry, I could not handle your last message (it kept stopping me). \
+                     Please try again, perhaps worded differently.",
+                );
+                reply.kind = switchboard_channel::OutboundKind::Error;
+                reply.in_reply_to_inbound = Some(msg.id.clone());
+                replies.push(reply);
+            }
+            // Delivered once the channels are up: this runs at start-up.
+            self.record_then_deliver(replies, writes).await?;
+            return Ok(false);
+        }
+        msg.metadata
+            .insert("resumes".into(), serde_json::Value::from(resumes));
+        let body = serde_json::to_vec(&*msg).map_err(|e| BusError::Encode(e.to_string()))?;
+        writes.put(Tree::Inbox, key.to_vec(), body);
+        self.store.commit(writes).await?;
+        Ok(true)
     }
 
     /// Forget the seen ids past [`SEEN_RETENTION`]; returns how many were removed.
