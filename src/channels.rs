@@ -64,6 +64,7 @@ pub fn start_all(
                 let mut cfg =
                     switchboard_telegram::TelegramConfig::new(token, t.api_url.clone(), inbox);
                 cfg.pacing = t.pacing;
+                cfg.max_message_len = t.max_message_len;
                 match switchboard_telegram::TelegramChannel::new(cfg) {
                     Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),
                     Err(e) => tracing::error!(channel = "telegram", "cannot start: {e}"),
@@ -84,7 +85,8 @@ pub fn start_all(
             (false, _) => off("discord", "disabled in the config".into()),
             (true, None) => off("discord", format!("${} is not set", d.token_env)),
             (true, Some(token)) => {
-                let cfg = switchboard_discord::DiscordConfig::new(token, d.api_url.clone());
+                let mut cfg = switchboard_discord::DiscordConfig::new(token, d.api_url.clone());
+                cfg.max_message_len = d.max_message_len;
                 match switchboard_discord::DiscordChannel::new(cfg) {
                     Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),
                     Err(e) => tracing::error!(channel = "discord", "cannot start: {e}"),
@@ -112,6 +114,7 @@ pub fn start_all(
                 cfg.signing_secret = secret(&s.signing_secret_env);
                 cfg.api_url = s.api_url.clone();
                 cfg.reply_in_thread = s.reply_in_thread;
+                cfg.max_message_len = s.max_message_len;
                 match switchboard_slack::SlackChannel::new(cfg) {
                     Ok(ch) => {
                         let ch = Arc::new(ch);

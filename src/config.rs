@@ -171,6 +171,13 @@ pub struct ChannelsConfig {
     pub slack: SlackConfig,
 }
 
+/// The platforms' message limits, in characters (DESIGN §7); `max_message_len` may be lower.
+pub const TELEGRAM_MAX_LEN: usize = 4096;
+pub const DISCORD_MAX_LEN: usize = 2000;
+pub const SLACK_MAX_LEN: usize = 40_000;
+/// Shortest `max_message_len` accepted: shorter would cut most sentences.
+pub const MIN_MESSAGE_LEN: usize = 100;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TelegramConfig {
@@ -181,6 +188,8 @@ pub struct TelegramConfig {
     pub allow_from: Vec<String>,
     pub group_policy: GroupPolicy,
     pub pacing: bool,
+    /// Longest message sent, in characters (Telegram's limit, or lower).
+    pub max_message_len: usize,
 }
 
 impl TelegramConfig {
@@ -203,6 +212,7 @@ impl Default for TelegramConfig {
             allow_from: Vec::new(),
             group_policy: GroupPolicy::Mention,
             pacing: true,
+            max_message_len: TELEGRAM_MAX_LEN,
         }
     }
 }
@@ -216,6 +226,8 @@ pub struct DiscordConfig {
     pub dm_policy: DmPolicy,
     pub allow_from: Vec<String>,
     pub group_policy: GroupPolicy,
+    /// Longest message sent, in characters (Discord's limit, or lower).
+    pub max_message_len: usize,
 }
 
 impl DiscordConfig {
@@ -237,6 +249,7 @@ impl Default for DiscordConfig {
             dm_policy: DmPolicy::Pairing,
             allow_from: Vec::new(),
             group_policy: GroupPolicy::Mention,
+            max_message_len: DISCORD_MAX_LEN,
         }
     }
 }
@@ -253,6 +266,8 @@ pub struct SlackConfig {
     pub allow_from: Vec<String>,
     pub group_policy: GroupPolicy,
     pub reply_in_thread: bool,
+    /// Longest message sent, in characters (Slack's limit, or lower).
+    pub max_message_len: usize,
 }
 
 impl SlackConfig {
@@ -292,6 +307,7 @@ impl Default for SlackConfig {
             allow_from: Vec::new(),
             group_policy: GroupPolicy::Mention,
             reply_in_thread: true,
+            max_message_len: SLACK_MAX_LEN,
         }
     }
 }

@@ -140,6 +140,35 @@ async fn dm_round_trip_renders_html_and_splits_a_long_reply_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_message_len_splits_replies_below_the_platform_limit() {
+    let t = Tg::start("dm_policy = \"open\"\nmax_message_len = 1000").await;
+    let alice = TgUser::new(4343, "alice");
+    let lines: Vec<String> = (0..30)
+        .map(|i| format!("line {i:02} {}", "y".repeat(92)))
+        .collect();
+    t.llm.push(Reply::text(lines.join("\n")));
+    t.tg.push_update(t.tg.dm_text(&alice, "a long answer please"));
+    let last = lines[29].clone();
+    let sent = t
+        .sent_until("the whole reply", |s| {
+            s.iter().any(|m| m.text.contains(&last))
+        })
+        .await;
+    assert!(
+        sent.len() >= 3,
+        "3 000 characters in messages of at most 1 000: {}",
+        sent.len()
+    );
+    for m in &sent {
+        assert!(
+            m.text.chars().count() <= 1000,
+            "{} characters",
+            m.text.chars().count()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_dm_gets_a_pairing_code_and_is_answered_once_approved() {
     let t = Tg::start("").await;
     let bob = TgUser::new(5005, "bob");

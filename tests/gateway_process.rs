@@ -187,6 +187,10 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
             "gateway.data_dir: must not be empty",
         ),
         (
+            "[channels.discord]\nmax_message_len = 4000\n",
+            "channels.discord.max_message_len: must be between 100 and 2000",
+        ),
+        (
             "[llm]\nfallback_models = [\"backup\", \" \"]\n",
             "llm.fallback_models[1]: must be a model name",
         ),

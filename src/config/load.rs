@@ -223,6 +223,31 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     check_url("channels.telegram.api_url", &c.channels.telegram.api_url)?;
     check_url("channels.discord.api_url", &c.channels.discord.api_url)?;
     check_url("channels.slack.api_url", &c.channels.slack.api_url)?;
+    for (name, len, max) in [
+        (
+            "telegram",
+            c.channels.telegram.max_message_len,
+            crate::config::TELEGRAM_MAX_LEN,
+        ),
+        (
+            "discord",
+            c.channels.discord.max_message_len,
+            crate::config::DISCORD_MAX_LEN,
+        ),
+        (
+            "slack",
+            c.channels.slack.max_message_len,
+            crate::config::SLACK_MAX_LEN,
+        ),
+    ] {
+        let min = crate::config::MIN_MESSAGE_LEN;
+        if !(min..=max).contains(&len) {
+            return Err(invalid(
+                &format!("channels.{name}.max_message_len"),
+                format!("must be between {min} and {max} (the platform's limit), got {len}"),
+            ));
+        }
+    }
     for (name, list) in [
         ("telegram", &c.channels.telegram.allow_from),
         ("discord", &c.channels.discord.allow_from),
