@@ -145,18 +145,17 @@ impl GatewaySink {
                     .map_err(|e| err(&e))?;
                 msg.sender.is_owner = access::listed(&access, &msg)
                     && !access.allow_from.iter().any(|a| a.trim() == "*");
-                match access::decide(&access, &msg, approved) {
+                let decision = access::decide(&access, &msg, approved);
+                if decision != Decision::Allow {
+                    self.metrics
+                        .ignored
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.discard_attachments(&msg);
+                }
+                match decision {
                     Decision::Allow => {}
-                    Decision::Ignore => {
-                        self.metrics
-                            .ignored
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        return Ok(Err(Published::Ignored));
-                    }
+                    Decision::Ignore => return Ok(Err(Published::Ignored)),
                     Decision::Pair => {
-                        self.metrics
-                            .ignored
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let (code, new) = pairing::code_for(store, &msg.key.channel, &msg.sender)
                             .await
                             .map_err(|e| err(&e))?;
@@ -183,6 +182,23 @@ impl GatewaySink {
             }
         }
         Ok(Ok(msg))
+    }
+}
+
+impl GatewaySink {
+    /// Delete the files an adapter downloaded for a message that is not let in (a stranger's,
+    /// or a group message not addressed to the bot): they would pile up in the workspace,
+    /// where the agent could read them. Only files in the workspace's `inbox/` are touched.
+    fn discard_attachments(&self, msg: &InboundMessage) {
+        let inbox = self.config.gateway.workspace.join("inbox");
+        for a in &msg.attachments {
+            let path = std::path::Path::new(&a.location);
+            if path.starts_with(&inbox) && !a.location.contains("..") {
+                if let Err(e) = std::fs::remove_file(path) {
+                    tracing::debug!(path = %a.location, "could not delete a refused attachment: {e}");
+                }
+            }
+        }
     }
 }
 
