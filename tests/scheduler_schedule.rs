@@ -212,6 +212,13 @@ fn day_of_month_or_weekday_like_crontab() {
             t("2026-04-06T09:00:00Z")
         ]
     );
+    // A day field starting with `*` does not count as restricted: both must match (odd
+    // days of the month that are Mondays).
+    let got = runs("0 9 */2 * 1", chrono_tz::UTC, t("2026-03-25T12:00:00Z"), 2);
+    assert_eq!(
+        got,
+        vec![t("2026-04-13T09:00:00Z"), t("2026-04-27T09:00:00Z")]
+    );
 }
 
 #[test]

@@ -60,7 +60,11 @@ impl CronExpr {
             }
         }
         let dow = expand_weekdays(fields[5])?;
-        let dom_restricted = !matches!(fields[3], "*" | "?");
+        // As in Vixie cron: a day field starting with `*` (`*/2`) does not count as
+        // restricted for the either-matches rule, so `*/2 * 1` is odd days that are Mondays.
+        let starred = |f: &str| f.starts_with('*') || f == "?";
+        let dom_restricted = !starred(fields[3]);
+        let dow_restricted = !starred(fields[5]);
         let mut variants: Vec<[String; 6]> = Vec::new();
         let base = |dom: &str, dow: &str| {
             [
@@ -72,14 +76,15 @@ impl CronExpr {
                 dow.to_string(),
             ]
         };
-        match (&dow, dom_restricted) {
+        match &dow {
             // crontab: when both day fields are restricted, either one matching is enough.
-            (Some(days), true) => {
+            Some(days) if dom_restricted && dow_restricted => {
                 variants.push(base(fields[3], "*"));
                 variants.push(base("*", days));
             }
-            (Some(days), false) => variants.push(base("*", days)),
-            (None, _) => variants.push(base(fields[3], "*")),
+            // Otherwise both must match (one of them may allow every day).
+            Some(days) => variants.push(base(fields[3], days)),
+            None => variants.push(base(fields[3], "*")),
         }
         let schedules = variants
             .iter()
