@@ -28,6 +28,21 @@ fn listed_ids(rig: &Rig) -> Vec<String> {
 }
 
 #[tokio::test(start_paused = true)]
+async fn with_cron_disabled_a_job_is_refused_not_stored_to_never_fire() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.cron.enabled = false;
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), config).await;
+    let e = rig
+        .scheduler
+        .add(job(ScheduleSpec::At("in 10m".into()), "call mum"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("cron.enabled = false"), "{e}");
+    assert!(listed_ids(&rig).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_reminder_fires_at_its_time_as_system_cron_and_the_reply_reaches_the_chat() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;

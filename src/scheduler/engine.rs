@@ -93,6 +93,10 @@ impl Scheduler {
 
     /// Validate and store a new job; it is durable and armed when this returns.
     pub async fn add(&self, new: NewJob) -> Result<Job, ScheduleError> {
+        // A job added now would never fire: say so rather than store it.
+        if !self.config.cron.enabled {
+            return Err(ScheduleError::Disabled);
+        }
         let message = new.message.trim();
         if message.is_empty() {
             return Err(ScheduleError::EmptyMessage);
