@@ -187,6 +187,14 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
             "gateway.data_dir: must not be empty",
         ),
         (
+            "[agent]\nmax_iterations = -1\n",
+            "agent.max_iterations: expected a non-negative integer small enough for this setting (got -1)",
+        ),
+        (
+            "[gateway]\ntimezone = \"\"\n",
+            "gateway.timezone: must not be empty",
+        ),
+        (
             "[channels.discord]\nmax_message_len = 4000\n",
             "channels.discord.max_message_len: must be between 100 and 2000",
         ),

@@ -77,6 +77,15 @@ fn friendly(msg: &str) -> String {
         Some((head, tail)) if tail.starts_with("in `") => head.trim(),
         _ => msg.trim(),
     };
+    // "invalid value: integer `-1`, expected u32": a number of the right kind, out of range.
+    if let Some(rest) = msg.strip_prefix("invalid value: integer ") {
+        if msg.contains("expected u") {
+            let got = rest.split(',').next().unwrap_or_default().trim_matches('`');
+            return format!(
+                "expected a non-negative integer small enough for this setting (got {got})"
+            );
+        }
+    }
     for (pat, say) in [
         ("expected u32", "expected an integer"),
         ("expected u64", "expected an integer"),
@@ -94,9 +103,6 @@ fn friendly(msg: &str) -> String {
                 .unwrap_or_default();
             return format!("{say}{got}");
         }
-    }
-    if msg.contains("invalid value: integer") && msg.contains("expected u") {
-        return "expected a non-negative integer".into();
     }
     msg.to_string()
 }
@@ -349,6 +355,12 @@ pub fn parse_active_hours(s: &str) -> Option<(u32, u32)> {
 
 /// Refuse an unknown IANA timezone, suggesting the closest name.
 pub fn check_timezone(path: &str, tz: &str) -> Result<chrono_tz::Tz, ConfigError> {
+    if tz.trim().is_empty() {
+        return Err(invalid(
+            path,
+            "must not be empty: an IANA name like \"Europe/Berlin\" or \"UTC\"",
+        ));
+    }
     tz.parse::<chrono_tz::Tz>().map_err(|_| {
         let hint = closest(tz, chrono_tz::TZ_VARIANTS.iter().map(|t| t.name()))
             .map(|s| format!(" (did you mean {s:?}?)"))
