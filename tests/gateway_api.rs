@@ -209,6 +209,21 @@ async fn malformed_api_requests_get_clear_errors() {
             "{body}: {v}"
         );
     }
+    // Past the body limit (2 MiB): the same JSON error shape, 413.
+    let huge = format!(
+        "{{\"messages\": [{{\"role\": \"user\", \"content\": \"{}\"}}]}}",
+        "x".repeat(3 * 1024 * 1024)
+    );
+    let r = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     assert_eq!(llm.request_count(), 0);
     // The gateway still answers.
     assert_eq!(

@@ -247,7 +247,7 @@ fn last_user_text(body: &Value) -> Result<String, String> {
 pub async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     if !authorized(&headers) {
         return error(
@@ -256,6 +256,11 @@ pub async fn chat_completions(
             "authentication_error",
         );
     }
+    // Too large a body (or one that broke off) gets the same JSON error shape as the rest.
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return error(e.status(), &e.body_text(), "invalid_request_error"),
+    };
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => {
