@@ -154,6 +154,14 @@ async fn a_stopped_or_failed_api_request_ends_at_once_and_says_so() {
     assert_eq!(reply_text(&ask(&base, "carol", "/stop").await), "Stopped.");
     let stopped = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
     assert_eq!(reply_text(&stopped), "Stopped.");
+    // Text of a round that also called a tool is set apart from the final answer's.
+    llm.push(
+        Reply::text("Let me check.").with_tool_call("list_dir", serde_json::json!({"path": "."})),
+    );
+    llm.push(Reply::text("Final answer."));
+    let (streamed, errors) = stream_events(&base, "erin", "what is there?").await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(streamed, "Let me check.\n\nFinal answer.");
     // The model failing during a stream: an error event an OpenAI client raises.
     llm.push(Reply::server_error());
     llm.push(Reply::server_error());

@@ -130,8 +130,17 @@ pub async fn run(
             max_tokens: spec.max_tokens,
         };
         metrics.llm_requests.fetch_add(1, Ordering::Relaxed);
+        // Text an earlier round streamed ("Let me check.") is set apart from this round's.
+        let said_before = state
+            .produced
+            .iter()
+            .any(|m| m.role == Role::Assistant && !m.content.trim().is_empty());
+        let round_sink = match &sink {
+            Some(s) if said_before => Some(separated(s.clone())),
+            other => other.clone(),
+        };
         let resp = tokio::select! {
-            r = llm.complete(&req, sink.clone()) => r,
+            r = llm.complete(&req, round_sink) => r,
             _ = ctx.cancel.cancelled() => return LoopEnd::Cancelled,
         };
         let resp = match resp {
@@ -205,4 +214,15 @@ pub async fn run(
         .produced
         .push(ChatMessage::new(Role::Assistant, note.clone()));
     LoopEnd::Limit(note)
+}
+
+/// `sink` with a paragraph break before its first piece of text.
+fn separated(sink: DeltaSink) -> DeltaSink {
+    let first = std::sync::atomic::AtomicBool::new(true);
+    Arc::new(move |d: &str| {
+        if first.swap(false, Ordering::Relaxed) {
+            sink("\n\n");
+        }
+        sink(d);
+    })
 }
