@@ -421,7 +421,9 @@ impl Bus {
     pub async fn replay(self: &Arc<Self>) -> Result<usize, BusError> {
         self.outbox.replay_pending(&self.tracker);
         let entries = self.store.scan(Tree::Inbox, &[])?;
-        let mut n = 0;
+        // One durable write counts this start for every entry (and drops those given up),
+        // before any of their turns runs again.
+        let (mut counted, mut told, mut resumed) = (Batch::default(), Vec::new(), Vec::new());
         for (k, v) in entries {
             let Ok(seq_bytes) = <[u8; 8]>::try_from(k.as_slice()) else {
                 continue;
@@ -434,9 +436,16 @@ impl Bus {
                     continue;
                 }
             };
-            if !self.count_resume(&k, &mut msg).await? {
-                continue;
+            if count_resume(&k, &mut msg, &mut counted, &mut told)? {
+                resumed.push((u64::from_be_bytes(seq_bytes), msg));
             }
+        }
+        if !counted.ops.is_empty() {
+            // Delivered once the channels are up: this runs at start-up.
+            self.record_then_deliver(told, counted).await?;
+        }
+        let n = resumed.len();
+        for (seq, msg) in resumed {
             let permit = self
                 .queued
                 .clone()
@@ -444,55 +453,54 @@ impl Bus {
                 .await
                 .map_err(|_| BusError::ShuttingDown)?;
             self.enqueue(Queued {
-                seq: u64::from_be_bytes(seq_bytes),
+                seq,
                 msg,
                 _permit: permit,
             });
-            n += 1;
         }
         Ok(n)
-    }
-
-    /// Count one more start at which `msg` (inbox entry `key`) is resumed, durably, before
-    /// its turn runs again. Past [`MAX_RESUMES`] the entry is dropped instead (a person who
-    /// sent it is told) and `false` returned.
-    async fn count_resume(&self, key: &[u8], msg: &mut InboundMessage) -> Result<bool, BusError> {
-        let resumes = msg
-            .metadata
-            .get("resumes")
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or(0)
-            + 1;
-        let mut writes = Batch::default();
-        if resumes > MAX_RESUMES {
-            tracing::error!(id = %msg.id, key = %msg.key,
-                "giving up on a message: the gateway stopped {MAX_RESUMES} times while handling it");
-            writes.delete(Tree::Inbox, key.to_vec());
-            let mut replies = Vec::new();
-            if msg.origin == switchboard_channel::Origin::User {
-                let mut reply = OutboundMessage::new(
-                    msg.key.clone(),
-                    "⚠️ Sorry, I could not handle your last message (it kept stopping me). \
-                     Please try again, perhaps worded differently.",
-                );
-                reply.kind = switchboard_channel::OutboundKind::Error;
-                reply.in_reply_to_inbound = Some(msg.id.clone());
-                replies.push(reply);
-            }
-            // Delivered once the channels are up: this runs at start-up.
-            self.record_then_deliver(replies, writes).await?;
-            return Ok(false);
-        }
-        msg.metadata
-            .insert("resumes".into(), serde_json::Value::from(resumes));
-        let body = serde_json::to_vec(&*msg).map_err(|e| BusError::Encode(e.to_string()))?;
-        writes.put(Tree::Inbox, key.to_vec(), body);
-        self.store.commit(writes).await?;
-        Ok(true)
     }
 
     /// Forget the seen ids past [`SEEN_RETENTION`]; returns how many were removed.
     pub fn prune_seen(&self) -> Result<usize, StoreError> {
         seen::prune(&*self.store, now_secs())
     }
+}
+
+/// Count one more start at which `msg` (inbox entry `key`) is resumed, into `writes`; `true`
+/// when its turn should run again. Past [`MAX_RESUMES`] the entry is deleted instead, and a
+/// person who sent it is told (a reply pushed onto `told`).
+fn count_resume(
+    key: &[u8],
+    msg: &mut InboundMessage,
+    writes: &mut Batch,
+    told: &mut Vec<OutboundMessage>,
+) -> Result<bool, BusError> {
+    let resumes = msg
+        .metadata
+        .get("resumes")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0)
+        + 1;
+    if resumes > MAX_RESUMES {
+        tracing::error!(id = %msg.id, key = %msg.key,
+            "giving up on a message: the gateway stopped {MAX_RESUMES} times while handling it");
+        writes.delete(Tree::Inbox, key.to_vec());
+        if msg.origin == switchboard_channel::Origin::User {
+            let mut reply = OutboundMessage::new(
+                msg.key.clone(),
+                "⚠️ Sorry, I could not handle your last message (it kept stopping me). \
+                 Please try again, perhaps worded differently.",
+            );
+            reply.kind = switchboard_channel::OutboundKind::Error;
+            reply.in_reply_to_inbound = Some(msg.id.clone());
+            told.push(reply);
+        }
+        return Ok(false);
+    }
+    msg.metadata
+        .insert("resumes".into(), serde_json::Value::from(resumes));
+    let body = serde_json::to_vec(&*msg).map_err(|e| BusError::Encode(e.to_string()))?;
+    writes.put(Tree::Inbox, key.to_vec(), body);
+    Ok(true)
 }
