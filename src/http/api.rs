@@ -387,10 +387,6 @@ pub async fn chat_completions(
         }
     };
     drop(guard);
-    if reply.kind == OutboundKind::Error {
-        // The model could not answer: an error an OpenAI client recognises, not a reply.
-        return error(StatusCode::BAD_GATEWAY, &reply.text, "server_error");
-    }
     axum::Json(json!({
         "id": completion_id,
         "object": "chat.completion",
@@ -474,32 +470,27 @@ fn stream_reply(
             ))
             .await;
         }
-        let text = match final_text {
-            Some(m) if m.kind != OutboundKind::Error => m.text,
-            // An error mid-stream (or no reply in time): as OpenAI streams one, which its
-            // clients raise, whatever was streamed before.
-            failed => {
-                let message = failed.map_or_else(|| "no reply in time".to_string(), |m| m.text);
-                let body = json!({"error": {"message": message, "type": "server_error", "code": Value::Null}});
-                let _ = send(Event::default().data(body.to_string())).await;
-                let _ = send(Event::default().data("[DONE]")).await;
-                return;
+        let rest = match final_text {
+            // A continuation of what was streamed (or all of it): the part not sent yet.
+            Some(m) if m.text.starts_with(streamed.as_str()) => {
+                m.text[streamed.len()..].to_string()
             }
+            // An error after some text (the model failed mid-answer): said after it.
+            Some(m) if m.kind == OutboundKind::Error => format!("\n\n{}", m.text),
+            // The last round's answer after earlier rounds' text: streamed already.
+            Some(_) => String::new(),
+            None if streamed.is_empty() => "⚠️ No reply in time.".into(),
+            None => "\n\n⚠️ No reply in time.".into(),
         };
-        {
-            let rest = text
-                .strip_prefix(streamed.as_str())
-                .unwrap_or(if streamed.is_empty() { &text } else { "" });
-            if !rest.is_empty() {
-                let _ = send(chunk(
-                    &completion_id,
-                    &model,
-                    created,
-                    json!({"content": rest}),
-                    None,
-                ))
-                .await;
-            }
+        if !rest.is_empty() {
+            let _ = send(chunk(
+                &completion_id,
+                &model,
+                created,
+                json!({"content": rest}),
+                None,
+            ))
+            .await;
         }
         let _ = send(chunk(
             &completion_id,
