@@ -114,8 +114,8 @@ pub enum LlmError {
     #[error("the conversation is too long for the model's context window")]
     ContextOverflow,
     /// Refused for good (bad key, bad request).
-    #[error("model provider refused the request: {0}")]
-    Refused(String),
+    #[error("model provider refused the request: {}{detail}", .status.map(|s| format!("HTTP {s}: ")).unwrap_or_default())]
+    Refused { status: Option<u16>, detail: String },
     /// The answer could not be understood.
     #[error("unreadable answer from the model provider: {0}")]
     Protocol(String),
@@ -129,12 +129,10 @@ impl LlmError {
             LlmError::RateLimited { .. } => "the model provider is rate limiting requests".into(),
             LlmError::Unavailable(_) => "the model provider is unavailable".into(),
             LlmError::ContextOverflow => "the conversation is too long for the model".into(),
-            LlmError::Refused(detail) => match detail.split(':').next() {
-                Some(status) if status.starts_with("HTTP ") => {
-                    format!("the model provider refused the request, {status}")
-                }
-                _ => "the model provider refused the request".into(),
-            },
+            LlmError::Refused {
+                status: Some(s), ..
+            } => format!("the model provider refused the request, HTTP {s}"),
+            LlmError::Refused { .. } => "the model provider refused the request".into(),
             LlmError::Protocol(_) => "the model provider's answer could not be read".into(),
         }
     }

@@ -167,7 +167,10 @@ pub(crate) fn client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
         .pool_idle_timeout(POOL_IDLE)
         .pool_max_idle_per_host(256)
         .build()
-        .map_err(|e| LlmError::Refused(format!("cannot build the HTTP client: {e}")))
+        .map_err(|e| LlmError::Refused {
+            status: None,
+            detail: format!("cannot build the HTTP client: {e}"),
+        })
 }
 
 /// Map an HTTP error status and body to an [`LlmError`].
@@ -183,7 +186,10 @@ pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -
     match status {
         429 => LlmError::RateLimited { retry_after },
         500..=599 => LlmError::Unavailable(format!("HTTP {status}: {snippet}")),
-        _ => LlmError::Refused(format!("HTTP {status}: {snippet}")),
+        _ => LlmError::Refused {
+            status: Some(status),
+            detail: snippet,
+        },
     }
 }
 
