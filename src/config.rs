@@ -171,13 +171,6 @@ pub struct ChannelsConfig {
     pub slack: SlackConfig,
 }
 
-/// The platforms' message limits, in characters (DESIGN §7); `max_message_len` may be lower.
-pub const TELEGRAM_MAX_LEN: usize = 4096;
-pub const DISCORD_MAX_LEN: usize = 2000;
-pub const SLACK_MAX_LEN: usize = 40_000;
-/// Shortest `max_message_len` accepted: shorter would cut most sentences.
-pub const MIN_MESSAGE_LEN: usize = 100;
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TelegramConfig {
@@ -212,7 +205,7 @@ impl Default for TelegramConfig {
             allow_from: Vec::new(),
             group_policy: GroupPolicy::Mention,
             pacing: true,
-            max_message_len: TELEGRAM_MAX_LEN,
+            max_message_len: switchboard_channel::TELEGRAM_MAX_MESSAGE_LEN,
         }
     }
 }
@@ -249,7 +242,7 @@ impl Default for DiscordConfig {
             dm_policy: DmPolicy::Pairing,
             allow_from: Vec::new(),
             group_policy: GroupPolicy::Mention,
-            max_message_len: DISCORD_MAX_LEN,
+            max_message_len: switchboard_channel::DISCORD_MAX_MESSAGE_LEN,
         }
     }
 }
@@ -307,7 +300,7 @@ impl Default for SlackConfig {
             allow_from: Vec::new(),
             group_policy: GroupPolicy::Mention,
             reply_in_thread: true,
-            max_message_len: SLACK_MAX_LEN,
+            max_message_len: switchboard_channel::SLACK_MAX_MESSAGE_LEN,
         }
     }
 }

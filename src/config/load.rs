@@ -233,20 +233,20 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
         (
             "telegram",
             c.channels.telegram.max_message_len,
-            crate::config::TELEGRAM_MAX_LEN,
+            switchboard_channel::TELEGRAM_MAX_MESSAGE_LEN,
         ),
         (
             "discord",
             c.channels.discord.max_message_len,
-            crate::config::DISCORD_MAX_LEN,
+            switchboard_channel::DISCORD_MAX_MESSAGE_LEN,
         ),
         (
             "slack",
             c.channels.slack.max_message_len,
-            crate::config::SLACK_MAX_LEN,
+            switchboard_channel::SLACK_MAX_MESSAGE_LEN,
         ),
     ] {
-        let min = crate::config::MIN_MESSAGE_LEN;
+        let min = switchboard_channel::MIN_MESSAGE_LEN;
         if !(min..=max).contains(&len) {
             return Err(invalid(
                 &format!("channels.{name}.max_message_len"),

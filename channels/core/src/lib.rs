@@ -30,3 +30,11 @@ pub use message::{
 
 /// Longest inbound text accepted; longer texts are cut here with a note (DESIGN §11).
 pub const MAX_INBOUND_CHARS: usize = 32_000;
+
+/// The platforms' limits for one message, in characters (DESIGN §7): adapters split longer
+/// replies, and a channel may be configured lower.
+pub const TELEGRAM_MAX_MESSAGE_LEN: usize = 4096;
+pub const DISCORD_MAX_MESSAGE_LEN: usize = 2000;
+pub const SLACK_MAX_MESSAGE_LEN: usize = 40_000;
+/// The shortest message limit a channel may be given: shorter would cut most sentences.
+pub const MIN_MESSAGE_LEN: usize = 100;

@@ -55,7 +55,7 @@ impl DiscordConfig {
         Self {
             token: token.into(),
             api_url: api_url.into(),
-            max_message_len: 2000,
+            max_message_len: switchboard_channel::DISCORD_MAX_MESSAGE_LEN,
             stall_timeout: Duration::from_secs(90),
             max_inline_wait: Duration::from_secs(30),
         }

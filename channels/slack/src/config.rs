@@ -3,8 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-/// Slack's own limit for one message's text.
-pub const SLACK_MAX_MESSAGE_LEN: usize = 40_000;
+pub use switchboard_channel::SLACK_MAX_MESSAGE_LEN;
 
 /// Configuration of the Slack adapter. Secrets are held here but never printed (`Debug`
 /// redacts them).
@@ -78,7 +77,8 @@ impl SlackConfig {
 
     /// The message limit actually used: at least 100, at most Slack's 40 000.
     pub(crate) fn effective_max_len(&self) -> usize {
-        self.max_message_len.clamp(100, SLACK_MAX_MESSAGE_LEN)
+        self.max_message_len
+            .clamp(switchboard_channel::MIN_MESSAGE_LEN, SLACK_MAX_MESSAGE_LEN)
     }
 }
 

@@ -51,7 +51,7 @@ impl TelegramConfig {
             api_url: api_url.into(),
             inbox_dir: inbox_dir.into(),
             pacing: true,
-            max_message_len: 4096,
+            max_message_len: switchboard_channel::TELEGRAM_MAX_MESSAGE_LEN,
             max_file_bytes: 20 * 1024 * 1024,
             poll_timeout: Duration::from_secs(10),
             watchdog_margin: Duration::from_secs(5),
