@@ -465,6 +465,8 @@ impl Running {
             .is_err()
         {
             tracing::warn!("some tasks did not stop in time; their messages stay in the inbox");
+        } else if let Err(e) = self.shared.bus.note_clean_stop() {
+            tracing::warn!("could not note the clean stop: {e}");
         }
         if let Err(e) = self.shared.store.checkpoint().await {
             tracing::error!("final flush failed: {e}");

@@ -357,14 +357,14 @@ async fn a_message_the_gateway_keeps_dying_on_is_given_up_and_its_sender_told() 
     use switchboard::bus::MAX_RESUMES;
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
-    // As a crash in their turns would leave them: one resumed at every start so far, one
-    // resumed once.
+    // As crashes in their turns would leave them (no clean stop noted): one resumed at
+    // every start so far, one resumed once.
+    let mut poison = inbound("poison", &ChatKey::new("test", "p"), "crash me");
+    poison
+        .metadata
+        .insert("resumes".into(), serde_json::json!(MAX_RESUMES));
     {
         let store = SledStore::open(&env.data_dir()).unwrap();
-        let mut poison = inbound("poison", &ChatKey::new("test", "p"), "crash me");
-        poison
-            .metadata
-            .insert("resumes".into(), serde_json::json!(MAX_RESUMES));
         let mut fine = inbound("fine", &ChatKey::new("test", "q"), "hello");
         fine.metadata.insert("resumes".into(), serde_json::json!(1));
         let mut b = switchboard::store::Batch::default();
@@ -396,8 +396,22 @@ async fn a_message_the_gateway_keeps_dying_on_is_given_up_and_its_sender_told() 
     );
     shutdown.cancel();
     running.stopped().await;
+    // After a clean stop, what is left is resumed without counting: the same entry runs.
     let store = SledStore::open(&env.data_dir()).unwrap();
     assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
+    let mut b = switchboard::store::Batch::default();
+    b.put(
+        Tree::Inbox,
+        3u64.to_be_bytes().to_vec(),
+        serde_json::to_vec(&poison).unwrap(),
+    );
+    store.commit(b).await.unwrap();
+    drop(store);
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let sent = ch.wait_for(3, WAIT).await;
+    assert_eq!(sent[2].text, "echo: crash me");
+    shutdown.cancel();
+    running.stopped().await;
 }
 
 #[tokio::test]

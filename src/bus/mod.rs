@@ -35,9 +35,12 @@ const MAX_JOIN: usize = 20;
 const MAX_QUEUED: usize = 16_384;
 /// Most messages stored by one write of [`Bus::publish_many`].
 const MAX_PUBLISH: usize = 1_024;
-/// Starts a message may be resumed at: one the gateway keeps dying on (a crash in its turn
-/// would otherwise repeat at every start) is given up after this many, and its sender told.
+/// Starts after a crash a message may be resumed at: one the gateway keeps dying on (a crash
+/// in its turn would otherwise repeat at every start) is given up after this many, and its
+/// sender told.
 pub const MAX_RESUMES: u64 = 5;
+/// In `Tree::Meta` while the last run ended cleanly: every turn finished or put back.
+const CLEAN_STOP: &[u8] = b"clean_stop";
 
 /// One turn's input.
 pub struct TurnInput {
@@ -421,9 +424,15 @@ impl Bus {
     pub async fn replay(self: &Arc<Self>) -> Result<usize, BusError> {
         self.outbox.replay_pending(&self.tracker);
         let entries = self.store.scan(Tree::Inbox, &[])?;
-        // One durable write counts this start for every entry (and drops those given up),
-        // before any of their turns runs again.
+        // After a crash, one durable write counts this start against the message each chat
+        // was on (its oldest; the others had not started), and drops those given up, before
+        // any of their turns runs again. After a clean stop nothing is counted.
         let (mut counted, mut told, mut resumed) = (Batch::default(), Vec::new(), Vec::new());
+        let crashed = self.store.get(Tree::Meta, CLEAN_STOP)?.is_none();
+        if !crashed {
+            counted.delete(Tree::Meta, CLEAN_STOP.to_vec());
+        }
+        let mut heads = std::collections::HashSet::new();
         for (k, v) in entries {
             let Ok(seq_bytes) = <[u8; 8]>::try_from(k.as_slice()) else {
                 continue;
@@ -436,7 +445,8 @@ impl Bus {
                     continue;
                 }
             };
-            if count_resume(&k, &mut msg, &mut counted, &mut told)? {
+            let head = crashed && heads.insert(msg.key.clone());
+            if !head || count_resume(&k, &mut msg, &mut counted, &mut told)? {
                 resumed.push((u64::from_be_bytes(seq_bytes), msg));
             }
         }
@@ -459,6 +469,13 @@ impl Bus {
             });
         }
         Ok(n)
+    }
+
+    /// Note that this run ends cleanly, every turn finished or put back in the inbox: the
+    /// next start resumes those without counting them against the messages (see
+    /// [`MAX_RESUMES`]). Made durable by the store's final checkpoint.
+    pub fn note_clean_stop(&self) -> Result<(), StoreError> {
+        self.store.put(Tree::Meta, CLEAN_STOP, b"1")
     }
 
     /// Forget the seen ids past [`SEEN_RETENTION`]; returns how many were removed.
