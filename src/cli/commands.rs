@@ -182,7 +182,7 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
         .timeout(Duration::from_secs(10))
         .build()?;
     let base = c.llm.base_url.trim_end_matches('/');
-    let mut rb = match c.llm.provider {
+    let rb = match c.llm.provider {
         crate::config::Provider::Openai => {
             let rb = http.get(format!("{base}/models"));
             match &key {
@@ -191,13 +191,16 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
             }
         }
         // The Messages API's base has no /v1, and it wants its version header.
-        crate::config::Provider::Anthropic => http
-            .get(format!("{base}/v1/models"))
-            .header("anthropic-version", "2023-06-01"),
+        crate::config::Provider::Anthropic => {
+            let rb = http
+                .get(format!("{base}/v1/models"))
+                .header("anthropic-version", "2023-06-01");
+            match &key {
+                Some(k) => rb.header("x-api-key", k),
+                None => rb,
+            }
+        }
     };
-    if let (crate::config::Provider::Anthropic, Some(k)) = (c.llm.provider, &key) {
-        rb = rb.header("x-api-key", k);
-    }
     match rb.send().await {
         Ok(r) if r.status().is_success() => {
             report(true, "llm", format!("{} answers", c.llm.base_url))
