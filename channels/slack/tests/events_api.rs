@@ -17,6 +17,13 @@ fn signed(body: &str) -> HeaderMap {
     events::signed_headers(SECRET, &events::now_timestamp(), body)
 }
 
+/// Deliver `body` signed, as Slack does; the status answered.
+async fn deliver(ch: &SlackChannel, body: &str) -> u16 {
+    ch.handle_events_request(&signed(body), body.as_bytes())
+        .await
+        .0
+}
+
 async fn running(fake: &FakeSlack) -> common::Running {
     let run = start(events_config(fake, SECRET));
     run.sink.wait_for_connected(true).await;
@@ -49,10 +56,7 @@ async fn signed_event_is_published_and_answered_200() {
         "Ev0ABC",
         events::app_mention("C9", "U1", "<@UBOT> summarise", "1700000000.000100"),
     );
-    let (status, _, _) = run
-        .channel
-        .handle_events_request(&signed(&body), body.as_bytes())
-        .await;
+    let status = deliver(&run.channel, &body).await;
     assert_eq!(status, 200);
     let got = run.sink.published();
     assert_eq!(got.len(), 1, "published before the 200");
@@ -110,10 +114,7 @@ async fn malformed_bodies_are_400_and_publish_nothing() {
     let fake = FakeSlack::start().await;
     let run = running(&fake).await;
     for body in ["not json", "{\"type\":\"event_callback\"}", "[1,2]"] {
-        let (status, _, _) = run
-            .channel
-            .handle_events_request(&signed(body), body.as_bytes())
-            .await;
+        let status = deliver(&run.channel, body).await;
         assert_eq!(status, 400, "{body}");
     }
     assert!(run.sink.published().is_empty());
@@ -152,24 +153,16 @@ async fn not_running_is_503_and_a_failed_publish_is_500() {
     let fake = FakeSlack::start().await;
     let ch = SlackChannel::new(events_config(&fake, SECRET)).unwrap();
     let body = events::event_callback_body("Ev2", events::dm("D1", "U1", "hi", "1.0"));
-    let (status, _, _) = ch
-        .handle_events_request(&signed(&body), body.as_bytes())
-        .await;
+    let status = deliver(&ch, &body).await;
     assert_eq!(status, 503);
 
     let run = running(&fake).await;
     run.sink
         .fail_next
         .store(1, std::sync::atomic::Ordering::SeqCst);
-    let (status, _, _) = run
-        .channel
-        .handle_events_request(&signed(&body), body.as_bytes())
-        .await;
+    let status = deliver(&run.channel, &body).await;
     assert_eq!(status, 500);
-    let (status, _, _) = run
-        .channel
-        .handle_events_request(&signed(&body), body.as_bytes())
-        .await;
+    let status = deliver(&run.channel, &body).await;
     assert_eq!(status, 200, "Slack's retry goes through");
     assert_eq!(run.sink.published().len(), 1);
     run.stop().await.unwrap();
@@ -182,10 +175,7 @@ async fn first_dm_from_a_user_allowlisted_by_username_gets_in() {
     let run = running(&fake).await;
     run.sink.allow_only(&["@alice"]);
     let body = events::event_callback_body("Ev5", events::dm("D5", "U5", "hello", "5.0"));
-    let (status, _, _) = run
-        .channel
-        .handle_events_request(&signed(&body), body.as_bytes())
-        .await;
+    let status = deliver(&run.channel, &body).await;
     assert_eq!(status, 200);
     let got = run.sink.published();
     assert_eq!(got.len(), 1, "published before the 200");
@@ -201,10 +191,7 @@ async fn a_slow_users_info_does_not_hold_the_answer_past_slacks_3_s() {
     let run = running(&fake).await;
     let body = events::event_callback_body("Ev6", events::dm("D5", "U5", "hello", "6.0"));
     let t0 = Instant::now();
-    let (status, _, _) = run
-        .channel
-        .handle_events_request(&signed(&body), body.as_bytes())
-        .await;
+    let status = deliver(&run.channel, &body).await;
     let took = t0.elapsed();
     assert_eq!(status, 200);
     assert!(took < Duration::from_secs(3), "answered after {took:?}");
@@ -238,10 +225,7 @@ async fn a_reply_under_the_bots_own_top_level_post_is_addressed_to_it() {
         "Ev7",
         events::thread_reply("C9", "U1", "thanks!", "7.1", &post.ts),
     );
-    let (status, _, _) = run
-        .channel
-        .handle_events_request(&signed(&body), body.as_bytes())
-        .await;
+    let status = deliver(&run.channel, &body).await;
     assert_eq!(status, 200);
     let got = run.sink.published();
     assert_eq!(got.len(), 1);
