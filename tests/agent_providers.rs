@@ -69,7 +69,7 @@ fn assert_tool_answer(r: &switchboard::llm::LlmResponse) {
 }
 
 #[tokio::test]
-async fn openai_non_stream_and_stream_assemble_tool_calls() {
+async fn openai_streams_every_answer_and_assembles_tool_calls() {
     let llm = FakeLlm::start().await;
     let p = OpenAi::new(
         &llm.base_url(),
@@ -95,7 +95,8 @@ async fn openai_non_stream_and_stream_assemble_tool_calls() {
 
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
-    assert!(!reqs[0].stream && reqs[1].stream);
+    // Streamed whether or not anyone listens to the text as it comes (DESIGN §5).
+    assert!(reqs[0].stream && reqs[1].stream);
     let body = &reqs[1].body;
     assert_eq!(reqs[1].headers["authorization"], "Bearer sk-test");
     assert_eq!(body["messages"][0]["role"], "system");
@@ -134,7 +135,7 @@ async fn openai_sends_tool_results_with_their_call_ids() {
 }
 
 #[tokio::test]
-async fn anthropic_non_stream_and_stream_assemble_tool_use() {
+async fn anthropic_streams_every_answer_and_assembles_tool_use() {
     let llm = FakeLlm::start().await;
     let p = Anthropic::new(&llm.url(), Some("ak-test".into()), Duration::from_secs(10)).unwrap();
     script(&llm);
@@ -155,6 +156,7 @@ async fn anthropic_non_stream_and_stream_assemble_tool_use() {
     assert_eq!(got.lock().unwrap().concat(), "Let me look.");
 
     let reqs = llm.requests();
+    assert!(reqs[0].stream && reqs[1].stream);
     assert_eq!(reqs[1].path, "/v1/messages");
     assert_eq!(reqs[1].headers["x-api-key"], "ak-test");
     assert_eq!(reqs[1].headers["anthropic-version"], "2023-06-01");
@@ -247,17 +249,18 @@ async fn a_stream_that_ends_early_is_not_taken_for_the_answer() {
     let llm = FakeLlm::start().await;
     llm.set_stream_chunk_chars(4);
     let p = OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap();
-    llm.push(Reply::text("a long answer cut short").with_early_end_after(3));
-    let (sink, _) = collecting_sink();
-    let e = p.complete(&request("m"), Some(sink)).await.unwrap_err();
-    assert!(e.is_retryable(), "{e:?}");
-    // A whole stream still is.
-    llm.push(Reply::text("a whole answer"));
-    let (sink, _) = collecting_sink();
-    assert_eq!(
-        p.complete(&request("m"), Some(sink)).await.unwrap().text,
-        "a whole answer"
-    );
+    let a = Anthropic::new(&llm.url(), Some("k".into()), Duration::from_secs(10)).unwrap();
+    for provider in [&p as &dyn LlmProvider, &a] {
+        llm.push(Reply::text("a long answer cut short").with_early_end_after(3));
+        let e = provider.complete(&request("m"), None).await.unwrap_err();
+        assert!(e.is_retryable(), "{e:?}");
+        // A whole stream still is.
+        llm.push(Reply::text("a whole answer"));
+        assert_eq!(
+            provider.complete(&request("m"), None).await.unwrap().text,
+            "a whole answer"
+        );
+    }
 }
 
 #[tokio::test]

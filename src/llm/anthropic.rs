@@ -13,10 +13,8 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::openai::{classify, read_json, send_checked, transport};
-use super::{
-    DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, Usage, sse,
-};
+use super::openai::{classify, send_checked, transport};
+use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, sse};
 
 /// The API version header every request carries.
 const VERSION: &str = "2023-06-01";
@@ -45,8 +43,9 @@ impl Anthropic {
         Ok(Self { http, url, api_key })
     }
 
-    /// The request body for `req`.
-    pub fn body(req: &LlmRequest, stream: bool) -> Value {
+    /// The request body for `req`: always a streamed answer (DESIGN §5), whether or not
+    /// anyone listens to its text as it comes.
+    pub fn body(req: &LlmRequest) -> Value {
         let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
         for m in &req.messages {
             let (role, blocks) = match m.role {
@@ -106,6 +105,7 @@ impl Anthropic {
             "model": req.model,
             "max_tokens": req.max_tokens,
             "messages": messages,
+            "stream": true,
         });
         if !system.is_empty() {
             body["system"] = Value::Array(system);
@@ -116,9 +116,6 @@ impl Anthropic {
                 .iter()
                 .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
                 .collect();
-        }
-        if stream {
-            body["stream"] = json!(true);
         }
         body
     }
@@ -138,6 +135,8 @@ struct Block {
 struct Assembly {
     out: LlmResponse,
     blocks: BTreeMap<u64, Block>,
+    /// `message_stop` came: the answer is complete.
+    stopped: bool,
 }
 
 impl Assembly {
@@ -190,6 +189,7 @@ impl Assembly {
                     self.out.usage.completion_tokens = n;
                 }
             }
+            "message_stop" => self.stopped = true,
             "error" => {
                 let status = if v["error"]["type"] == "overloaded_error" {
                     529
@@ -203,7 +203,14 @@ impl Assembly {
         Ok(())
     }
 
-    fn finish(mut self) -> LlmResponse {
+    /// The assembled answer; a stream that ended before `message_stop` and without a
+    /// `stop_reason` is not an answer (a dropped connection, retried like one).
+    fn finish(mut self) -> Result<LlmResponse, LlmError> {
+        if !self.stopped && self.out.finish_reason.is_empty() {
+            return Err(LlmError::Unavailable(
+                "the answer's stream ended before it was complete".into(),
+            ));
+        }
         self.out.tool_calls = self
             .blocks
             .into_values()
@@ -218,36 +225,8 @@ impl Assembly {
                 },
             })
             .collect();
-        self.out
+        Ok(self.out)
     }
-}
-
-fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
-    let content = v["content"]
-        .as_array()
-        .ok_or_else(|| LlmError::Protocol("no content in the answer".into()))?;
-    let mut out = LlmResponse {
-        finish_reason: v["stop_reason"].as_str().unwrap_or_default().to_string(),
-        usage: Usage {
-            prompt_tokens: v["usage"]["input_tokens"].as_u64().unwrap_or(0),
-            completion_tokens: v["usage"]["output_tokens"].as_u64().unwrap_or(0),
-        },
-        ..Default::default()
-    };
-    for block in content {
-        match block["type"].as_str() {
-            Some("text") => out
-                .text
-                .push_str(block["text"].as_str().unwrap_or_default()),
-            Some("tool_use") => out.tool_calls.push(ToolCall {
-                id: block["id"].as_str().unwrap_or_default().to_string(),
-                name: block["name"].as_str().unwrap_or_default().to_string(),
-                arguments: block["input"].to_string(),
-            }),
-            _ => {}
-        }
-    }
-    Ok(out)
 }
 
 #[async_trait]
@@ -257,19 +236,15 @@ impl LlmProvider for Anthropic {
         req: &LlmRequest,
         on_delta: Option<DeltaSink>,
     ) -> Result<LlmResponse, LlmError> {
-        let stream = on_delta.is_some();
         let mut rb = self
             .http
             .post(&self.url)
             .header("anthropic-version", VERSION)
-            .json(&Self::body(req, stream));
+            .json(&Self::body(req));
         if let Some(key) = &self.api_key {
             rb = rb.header("x-api-key", key);
         }
         let resp = send_checked(rb, self.api_key.as_deref()).await?;
-        if !stream {
-            return parse_full(&read_json(resp).await?);
-        }
         let on_delta = on_delta.unwrap_or_else(|| Arc::new(|_: &str| {}));
         let mut asm = Assembly::default();
         let mut parser = sse::Parser::default();
@@ -283,6 +258,6 @@ impl LlmProvider for Anthropic {
         if let Some(ev) = parser.finish() {
             asm.apply(&ev, &on_delta)?;
         }
-        Ok(asm.finish())
+        asm.finish()
     }
 }

@@ -32,8 +32,9 @@ impl OpenAi {
     }
 
     /// The request body, serialized straight from `req` (no JSON tree is built);
-    /// `system` is `req.system_text()`.
-    fn body<'a>(req: &'a LlmRequest, system: &'a str, stream: bool) -> Body<'a> {
+    /// `system` is `req.system_text()`. Always a streamed answer (DESIGN §5), whether or not
+    /// anyone listens to its text as it comes: tokens come as the model writes them.
+    fn body<'a>(req: &'a LlmRequest, system: &'a str) -> Body<'a> {
         let mut messages = Vec::with_capacity(req.messages.len() + 1);
         if !system.is_empty() {
             messages.push(Msg {
@@ -85,10 +86,10 @@ impl OpenAi {
                     },
                 })
                 .collect(),
-            stream: stream.then_some(true),
-            stream_options: stream.then_some(StreamOptions {
+            stream: true,
+            stream_options: StreamOptions {
                 include_usage: true,
-            }),
+            },
         }
     }
 }
@@ -101,10 +102,8 @@ struct Body<'a> {
     max_tokens: u32,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<ToolJson<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream_options: Option<StreamOptions>,
+    stream: bool,
+    stream_options: StreamOptions,
 }
 
 #[derive(Serialize)]
@@ -232,13 +231,6 @@ pub(crate) async fn send_checked(
     Err(classify(status, ra, &body))
 }
 
-/// A non-streamed answer's JSON body.
-pub(crate) async fn read_json(resp: reqwest::Response) -> Result<Value, LlmError> {
-    resp.json()
-        .await
-        .map_err(|e| LlmError::Protocol(e.without_url().to_string()))
-}
-
 pub(crate) fn transport(e: reqwest::Error) -> LlmError {
     // Never include the URL: it may carry credentials for some proxies.
     LlmError::Unavailable(e.without_url().to_string())
@@ -258,19 +250,15 @@ impl LlmProvider for OpenAi {
         req: &LlmRequest,
         on_delta: Option<DeltaSink>,
     ) -> Result<LlmResponse, LlmError> {
-        let stream = on_delta.is_some();
         let system = req.system_text();
         let mut rb = self
             .http
             .post(format!("{}/chat/completions", self.base_url))
-            .json(&Self::body(req, &system, stream));
+            .json(&Self::body(req, &system));
         if let Some(key) = &self.api_key {
             rb = rb.bearer_auth(key);
         }
         let resp = send_checked(rb, self.api_key.as_deref()).await?;
-        if !stream {
-            return parse_full(&read_json(resp).await?);
-        }
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
         let mut out = LlmResponse::default();
         let mut calls: Vec<PartialCall> = Vec::new();
@@ -377,45 +365,6 @@ fn usage(u: &Value) -> Usage {
     }
 }
 
-fn parse_full(v: &Value) -> Result<LlmResponse, LlmError> {
-    let choice = v["choices"]
-        .get(0)
-        .ok_or_else(|| LlmError::Protocol("no choices in the answer".into()))?;
-    let msg = &choice["message"];
-    let tool_calls = msg["tool_calls"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .enumerate()
-                .map(|(i, c)| ToolCall {
-                    id: c["id"]
-                        .as_str()
-                        .map(String::from)
-                        .unwrap_or_else(|| format!("call_{i}")),
-                    name: c["function"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    arguments: match &c["function"]["arguments"] {
-                        Value::String(s) => s.clone(),
-                        Value::Null => "{}".into(),
-                        other => other.to_string(),
-                    },
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok(LlmResponse {
-        text: msg["content"].as_str().unwrap_or_default().to_string(),
-        tool_calls,
-        usage: usage(&v["usage"]),
-        finish_reason: choice["finish_reason"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -472,7 +421,7 @@ mod tests {
             max_tokens: 7,
         };
         let system = req.system_text();
-        let streamed = serde_json::to_value(OpenAi::body(&req, &system, true)).unwrap();
+        let streamed = serde_json::to_value(OpenAi::body(&req, &system)).unwrap();
         assert_eq!(
             streamed,
             json!({
@@ -494,8 +443,7 @@ mod tests {
                 "stream_options": {"include_usage": true}
             })
         );
-        let plain = serde_json::to_value(OpenAi::body(&req, "", false)).unwrap();
-        assert!(plain.get("stream").is_none() && plain.get("stream_options").is_none());
-        assert_eq!(plain["messages"][0]["role"], "user");
+        let no_system = serde_json::to_value(OpenAi::body(&req, "")).unwrap();
+        assert_eq!(no_system["messages"][0]["role"], "user");
     }
 }
