@@ -245,7 +245,9 @@ async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
-    std::fs::write(
+    // The Anthropic base is accepted with or without its /v1, as the provider does.
+    for base in [llm.url(), format!("{}/v1", llm.url())] {
+        std::fs::write(
         &config,
         format!(
             "[gateway]\nhttp_listen = \"\"\n[agent]\nmax_iteratons = 3\n\
@@ -254,51 +256,52 @@ async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
              [channels.discord]\ntoken_env = \"SB_DOCTOR_UNSET_DISCORD\"\n\
              [channels.slack]\nbot_token_env = \"SB_DOCTOR_SLACK_BOT\"\n\
              app_token_env = \"SB_DOCTOR_UNSET_APP\"\nsigning_secret_env = \"SB_DOCTOR_UNSET_SIGNING\"\n",
-            llm.url()
+            base
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .arg("--config")
-        .arg(&config)
-        .arg("doctor")
-        .env("SB_DOCTOR_KEY", "sk-ant-doctor")
-        .env("SB_DOCTOR_SLACK_BOT", "xoxb-doctor")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    // A misspelt key is worth a warning, not a failure.
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("warn config: unknown config key `agent.max_iteratons`"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("ok   llm:"), "{stdout}");
-    // Slack with a bot token but no way to receive events does not start: doctor says so.
-    assert!(
-        stdout.contains("off  slack: neither $SB_DOCTOR_UNSET_APP (Socket Mode)"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("off  discord: $SB_DOCTOR_UNSET_DISCORD is not set"),
-        "{stdout}"
-    );
-    assert!(!stdout.contains("sk-ant-doctor") && !stdout.contains("xoxb-doctor"));
-    // The Messages API's model list, asked the way Anthropic wants.
-    let probe = &llm.requests()[0];
-    assert_eq!(probe.path, "/v1/models");
-    assert_eq!(
-        probe.headers.get("anthropic-version").map(String::as_str),
-        Some("2023-06-01")
-    );
-    assert_eq!(
-        probe.headers.get("x-api-key").map(String::as_str),
-        Some("sk-ant-doctor")
-    );
+        let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .arg("--config")
+            .arg(&config)
+            .arg("doctor")
+            .env("SB_DOCTOR_KEY", "sk-ant-doctor")
+            .env("SB_DOCTOR_SLACK_BOT", "xoxb-doctor")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // A misspelt key is worth a warning, not a failure.
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("warn config: unknown config key `agent.max_iteratons`"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("ok   llm:"), "{stdout}");
+        // Slack with a bot token but no way to receive events does not start: doctor says so.
+        assert!(
+            stdout.contains("off  slack: neither $SB_DOCTOR_UNSET_APP (Socket Mode)"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("off  discord: $SB_DOCTOR_UNSET_DISCORD is not set"),
+            "{stdout}"
+        );
+        assert!(!stdout.contains("sk-ant-doctor") && !stdout.contains("xoxb-doctor"));
+        // The Messages API's model list, asked the way Anthropic wants.
+        let probe = llm.requests().pop().unwrap();
+        assert_eq!(probe.path, "/v1/models", "base {base}");
+        assert_eq!(
+            probe.headers.get("anthropic-version").map(String::as_str),
+            Some("2023-06-01")
+        );
+        assert_eq!(
+            probe.headers.get("x-api-key").map(String::as_str),
+            Some("sk-ant-doctor")
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

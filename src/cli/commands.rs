@@ -190,10 +190,11 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
                 None => rb,
             }
         }
-        // The Messages API's base has no /v1, and it wants its version header.
+        // Found as the Messages API is (the base with or without /v1), with its version
+        // header.
         crate::config::Provider::Anthropic => {
             let rb = http
-                .get(format!("{base}/v1/models"))
+                .get(crate::llm::anthropic::endpoint(base, "models"))
                 .header("anthropic-version", "2023-06-01");
             match &key {
                 Some(k) => rb.header("x-api-key", k),

@@ -34,12 +34,7 @@ impl Anthropic {
         timeout: Duration,
     ) -> Result<Self, LlmError> {
         let http = super::openai::client(timeout)?;
-        let base = base_url.trim_end_matches('/');
-        let url = if base.ends_with("/v1") {
-            format!("{base}/messages")
-        } else {
-            format!("{base}/v1/messages")
-        };
+        let url = endpoint(base_url, "messages");
         Ok(Self { http, url, api_key })
     }
 
@@ -226,6 +221,17 @@ impl Assembly {
             })
             .collect();
         Ok(self.out)
+    }
+}
+
+/// The address of the API's `path` (`messages`, `models`) under `base_url`, which may be
+/// given with or without its `/v1`.
+pub fn endpoint(base_url: &str, path: &str) -> String {
+    let base = base_url.trim_end_matches('/');
+    if base.ends_with("/v1") {
+        format!("{base}/{path}")
+    } else {
+        format!("{base}/v1/{path}")
     }
 }
 
