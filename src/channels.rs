@@ -28,6 +28,7 @@ fn launch(
         .unwrap_or_else(|p| p.into_inner())
         .insert(name.clone(), ch.clone());
     shared.health.set(&name, false, "connecting");
+    tracing::info!(channel = %name, "starting");
     let inbound = InboundSender::new(shared.sink.clone());
     let stop = shutdown.child_token();
     let health = shared.health.clone();
@@ -40,6 +41,18 @@ fn launch(
             }
         }
     });
+}
+
+/// An enabled channel whose adapter could not be built: logged, and `/readyz` names it.
+#[cfg_attr(
+    not(any(feature = "telegram", feature = "discord", feature = "slack")),
+    allow(dead_code)
+)]
+fn cannot_start(shared: &Shared, name: &str, e: &dyn std::fmt::Display) {
+    tracing::error!(channel = name, "cannot start: {e}");
+    shared
+        .health
+        .set(name, false, &format!("cannot start: {e}"));
 }
 
 /// Start every enabled channel whose credentials are set, logging why others are not.
@@ -67,7 +80,7 @@ pub fn start_all(
                 cfg.max_message_len = t.max_message_len;
                 match switchboard_telegram::TelegramChannel::new(cfg) {
                     Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),
-                    Err(e) => tracing::error!(channel = "telegram", "cannot start: {e}"),
+                    Err(e) => cannot_start(shared, "telegram", &e),
                 }
             }
         }
@@ -89,7 +102,7 @@ pub fn start_all(
                 cfg.max_message_len = d.max_message_len;
                 match switchboard_discord::DiscordChannel::new(cfg) {
                     Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),
-                    Err(e) => tracing::error!(channel = "discord", "cannot start: {e}"),
+                    Err(e) => cannot_start(shared, "discord", &e),
                 }
             }
         }
@@ -121,7 +134,7 @@ pub fn start_all(
                         let _ = shared.slack.set(ch.clone());
                         launch(shared, registry, ch, shutdown, tracker);
                     }
-                    Err(e) => tracing::error!(channel = "slack", "cannot start: {e}"),
+                    Err(e) => cannot_start(shared, "slack", &e),
                 }
             }
         }

@@ -52,14 +52,34 @@ impl Default for GatewayConfig {
     }
 }
 
+/// `ip:port`, or `host:port` with a host name the system resolves (`localhost:8080`; its
+/// IPv4 address first, which clients given "localhost" try too).
+pub(crate) fn listen_addr(s: &str) -> Option<SocketAddr> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    if let Ok(addr) = s.parse() {
+        return Some(addr);
+    }
+    // Only a name and a port: a bare word would otherwise be looked up with no port.
+    let (host, port) = s.rsplit_once(':')?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return None;
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s).ok()?.collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+}
+
 impl GatewayConfig {
-    /// The HTTP listen address, `None` when HTTP is disabled (`""`).
+    /// The HTTP listen address, `None` when HTTP is disabled (`""`) or the address does not
+    /// resolve (the config's validation refuses that).
     pub fn http_addr(&self) -> Option<SocketAddr> {
-        if self.http_listen.trim().is_empty() {
-            None
-        } else {
-            self.http_listen.parse().ok()
-        }
+        listen_addr(&self.http_listen)
     }
 
     pub fn tz(&self) -> chrono_tz::Tz {

@@ -174,11 +174,12 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
             return Err(invalid(key, "must not be empty (a folder, like \"data\")"));
         }
     }
-    if !g.http_listen.trim().is_empty() && g.http_listen.parse::<std::net::SocketAddr>().is_err() {
+    if !g.http_listen.trim().is_empty() && g.http_addr().is_none() {
         return Err(invalid(
             "gateway.http_listen",
             format!(
-                "expected an address like \"127.0.0.1:8080\" or \"\", got {:?}",
+                "expected an address like \"127.0.0.1:8080\", \"localhost:8080\" or \"\" \
+                 (HTTP off), got {:?}",
                 g.http_listen
             ),
         ));
@@ -402,6 +403,33 @@ mod tests {
         let l = load_str("", Path::new("/etc/sb")).unwrap();
         assert_eq!(l.config.gateway.data_dir, PathBuf::from("/etc/sb/data"));
         assert!(l.warnings.is_empty());
+    }
+
+    #[test]
+    fn http_listen_takes_an_address_or_a_host_name_with_a_port() {
+        let addr = |v: &str| {
+            load_str(&format!("[gateway]\nhttp_listen = {v:?}"), Path::new("/b"))
+                .map(|l| l.config.gateway.http_addr())
+        };
+        assert_eq!(
+            addr("[::1]:8080").unwrap(),
+            Some("[::1]:8080".parse().unwrap())
+        );
+        assert_eq!(
+            addr("localhost:8080").unwrap(),
+            Some("127.0.0.1:8080".parse().unwrap())
+        );
+        assert_eq!(addr("").unwrap(), None);
+        for bad in [
+            "localhost",
+            "localhost:http",
+            "localhost:70000",
+            ":8080",
+            "8080",
+        ] {
+            let e = addr(bad).unwrap_err().to_string();
+            assert!(e.starts_with("gateway.http_listen: expected"), "{bad}: {e}");
+        }
     }
 
     #[test]
