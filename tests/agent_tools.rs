@@ -143,8 +143,9 @@ async fn exec_runs_in_the_workspace_without_secrets_and_denies_destructive_comma
             "exec",
             json!({"command": "ls; echo token=$CARGO_MANIFEST_DIR"}),
         ),
-        ("exec", json!({"command": "rm -rf /"})),
-        ("exec", json!({"command": "sh -c 'rm -rf ~'"})),
+        // Refused by name; harmless should the deny list ever let them through.
+        ("exec", json!({"command": "shred --version"})),
+        ("exec", json!({"command": "sh -c 'wipefs --version'"})),
         ("exec", json!({"command": "echo \"rm -rf /\""})),
         ("exec", json!({"command": "sleep 5", "timeout_secs": 1})),
     ]));

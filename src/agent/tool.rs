@@ -50,8 +50,9 @@ pub trait Tool: Send + Sync + 'static {
     fn read_only(&self) -> bool {
         false
     }
-    /// How long this call may run when that is longer than `agent.tool_timeout` (a command
-    /// given its own `timeout_secs`); `None` keeps the configured limit.
+    /// How long this call may run when that is shorter than `agent.tool_timeout` (a command
+    /// given its own `timeout_secs`, plus a moment to report it); `None`, or a longer time,
+    /// keeps the configured limit: `agent.tool_timeout` is the longest any call may run.
     fn time_limit(&self, _args: &serde_json::Value) -> Option<std::time::Duration> {
         None
     }

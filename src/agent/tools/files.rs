@@ -1,13 +1,18 @@
 //! File tools confined to the workspace: `read_file`, `write_file`, `edit_file`, `list_dir`.
 
+use std::path::Path;
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
 
 use super::paths::{display, resolve};
 use crate::agent::tool::{Tool, ToolContext, ToolError};
 
 /// Largest file `read_file` returns whole, in bytes.
 const MAX_READ: u64 = 256 * 1024;
+/// Largest file `edit_file` loads, in bytes.
+const MAX_EDIT: u64 = 4 * 1024 * 1024;
 /// Most entries `list_dir` shows.
 const MAX_ENTRIES: usize = 500;
 
@@ -17,6 +22,50 @@ fn arg<'a>(args: &'a Value, name: &str) -> &'a str {
 
 fn io_err(path: &str, e: std::io::Error) -> ToolError {
     ToolError::Failed(format!("{path}: {e}"))
+}
+
+/// Refuse what is not a regular file before opening it: opening a FIFO blocks until a
+/// writer comes (a stuck thread, even after the call's timeout), and a device such as
+/// `/dev/zero` reports no size and never ends.
+fn regular(path: &str, meta: &std::fs::Metadata) -> Result<(), ToolError> {
+    if meta.is_dir() {
+        Err(ToolError::Failed(format!(
+            "{path} is a folder; use list_dir"
+        )))
+    } else if !meta.is_file() {
+        Err(ToolError::Failed(format!("{path} is not a regular file")))
+    } else {
+        Ok(())
+    }
+}
+
+/// The bytes of the regular file at `real`, when it has at most `limit` of them.
+async fn read_limited(path: &str, real: &Path, limit: u64) -> Result<Vec<u8>, ToolError> {
+    let meta = tokio::fs::metadata(real)
+        .await
+        .map_err(|e| io_err(path, e))?;
+    regular(path, &meta)?;
+    let too_big = |len: u64| {
+        ToolError::Failed(format!(
+            "{path} is {len} bytes; the limit is {limit} (read parts with exec: head, tail, sed -n)"
+        ))
+    };
+    if meta.len() > limit {
+        return Err(too_big(meta.len()));
+    }
+    let file = tokio::fs::File::open(real)
+        .await
+        .map_err(|e| io_err(path, e))?;
+    // It may have grown since (a log being written): never read past the limit.
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| io_err(path, e))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// `read_file`: a text file of the workspace.
@@ -40,21 +89,7 @@ impl Tool for ReadFile {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = arg(&args, "path");
         let real = resolve(ctx, path)?;
-        let meta = tokio::fs::metadata(&real)
-            .await
-            .map_err(|e| io_err(path, e))?;
-        if meta.is_dir() {
-            return Err(ToolError::Failed(format!(
-                "{path} is a folder; use list_dir"
-            )));
-        }
-        if meta.len() > MAX_READ {
-            return Err(ToolError::Failed(format!(
-                "{path} is {} bytes; the limit is {MAX_READ}",
-                meta.len()
-            )));
-        }
-        let bytes = tokio::fs::read(&real).await.map_err(|e| io_err(path, e))?;
+        let bytes = read_limited(path, &real, MAX_READ).await?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 }
@@ -85,6 +120,9 @@ impl Tool for WriteFile {
         }
         // Re-check after creating folders: a folder may have been a symlink.
         let real = resolve(ctx, path)?;
+        if let Ok(meta) = tokio::fs::metadata(&real).await {
+            regular(path, &meta)?;
+        }
         tokio::fs::write(&real, content)
             .await
             .map_err(|e| io_err(path, e))?;
@@ -117,9 +155,8 @@ impl Tool for EditFile {
         let path = arg(&args, "path");
         let (old, new) = (arg(&args, "old_text"), arg(&args, "new_text"));
         let real = resolve(ctx, path)?;
-        let text = tokio::fs::read_to_string(&real)
-            .await
-            .map_err(|e| io_err(path, e))?;
+        let text = String::from_utf8(read_limited(path, &real, MAX_EDIT).await?)
+            .map_err(|_| ToolError::Failed(format!("{path} is not UTF-8 text")))?;
         // Overlapping matches count too: `aa` occurs twice in `aaa`.
         let occurrences = text
             .char_indices()

@@ -128,7 +128,9 @@ impl Registry {
             })?
         };
         schema::validate(&args, &tool.schema()).map_err(ToolError::InvalidArguments)?;
-        let timeout = tool.time_limit(&args).map_or(timeout, |t| t.max(timeout));
+        // `agent.tool_timeout` caps even a command's own `timeout_secs`; what outlives it is
+        // dropped, which ends the command's process group (see `exec`).
+        let timeout = tool.time_limit(&args).map_or(timeout, |t| t.min(timeout));
         match tokio::time::timeout(timeout, tool.call(args, ctx)).await {
             Ok(r) => r.map(|s| cap(s, MAX_RESULT_CHARS)),
             Err(_) => Err(ToolError::Failed(format!(

@@ -1,8 +1,10 @@
 //! Which network addresses the web tools may reach: public unicast only. Loopback,
 //! private, link-local (cloud metadata at 169.254.169.254), carrier-grade NAT, multicast,
-//! unspecified and the IPv6 equivalents (including IPv4-mapped forms) are refused.
+//! unspecified and the IPv6 equivalents are refused; for IPv6 only global unicast
+//! (2000::/3) passes, and forms that embed an IPv4 address (mapped, NAT64, 6to4) are
+//! judged by that address.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Whether `ip` is a public address a fetch may connect to.
 pub fn is_public(ip: IpAddr) -> bool {
@@ -13,23 +15,25 @@ pub fn is_public(ip: IpAddr) -> bool {
                 return is_public_v4(v4);
             }
             let s = v6.segments();
+            let v4_at = |i: usize| {
+                Ipv4Addr::new(
+                    (s[i] >> 8) as u8,
+                    s[i] as u8,
+                    (s[i + 1] >> 8) as u8,
+                    s[i + 1] as u8,
+                )
+            };
             // NAT64 (64:ff9b::/96) embeds an IPv4 address.
             if s[0] == 0x64 && s[1] == 0xff9b && s[2..6].iter().all(|x| *x == 0) {
-                return is_public_v4(Ipv4Addr::new(
-                    (s[6] >> 8) as u8,
-                    s[6] as u8,
-                    (s[7] >> 8) as u8,
-                    s[7] as u8,
-                ));
+                return is_public_v4(v4_at(6));
             }
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local
-                || (s[0] & 0xffc0) == 0xfe80 // link-local
-                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
-                || (s[0] == 0 && s[1..6].iter().all(|x| *x == 0))) // ::/80 incl. IPv4-compatible
-                && v6 != Ipv6Addr::LOCALHOST
+            // Otherwise only global unicast (2000::/3): this leaves out loopback, `::`,
+            // IPv4-compatible and IPv4-translated forms, unique local (fc00::/7),
+            // link-local, site-local, multicast, discard-only and local-use NAT64.
+            (s[0] & 0xe000) == 0x2000
+                && !(s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+                && !(s[0] == 0x3fff && s[1] < 0x1000) // documentation (3fff::/20)
+                && (s[0] != 0x2002 || is_public_v4(v4_at(1))) // 6to4 embeds an IPv4 address
         }
     }
 }
@@ -74,6 +78,14 @@ mod tests {
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
             "::127.0.0.1",
+            "::ffff:0:127.0.0.1",
+            "64:ff9b:1::7f00:1",
+            "2002:7f00:1::1",
+            "2002:c0a8:101::1",
+            "100::1",
+            "2001:db8::1",
+            "3fff::1",
+            "ff02::1",
         ] {
             assert!(!is_public(a.parse().unwrap()), "{a} should be refused");
         }
@@ -82,6 +94,9 @@ mod tests {
             "1.1.1.1",
             "2606:4700:4700::1111",
             "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "2a00:1450:4001:80b::200e",
         ] {
             assert!(is_public(a.parse().unwrap()), "{a} should be allowed");
         }

@@ -1,8 +1,9 @@
 //! `web_fetch` (a page as readable text) and `web_search` (Brave Search API).
 //!
 //! `web_fetch` resolves the host itself, refuses any non-public address (see [`super::net`]),
-//! then connects to exactly the address it checked (no second DNS answer can slip in), and
-//! follows redirects by hand so every hop is checked the same way.
+//! then connects to exactly the address it checked (no second DNS answer can slip in),
+//! verifies the peer it actually reached is that address, and follows redirects by hand so
+//! every hop is checked the same way.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -104,6 +105,17 @@ impl Tool for WebFetch {
                 .send()
                 .await
                 .map_err(|e| ToolError::Failed(format!("fetch failed: {}", e.without_url())))?;
+            // The name was pinned to the checked address; nothing is read from any other
+            // (should an override ever miss and the system resolver answer instead).
+            if let Some(peer) = resp.remote_addr() {
+                if peer.ip() != addr.ip() {
+                    return Err(ToolError::Refused(format!(
+                        "{host} was reached at {} instead of the checked {}",
+                        peer.ip(),
+                        addr.ip()
+                    )));
+                }
+            }
             let status = resp.status();
             if status.is_redirection() {
                 let loc = resp

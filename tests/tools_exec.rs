@@ -1,0 +1,150 @@
+//! `exec` through the tool registry (the one place arguments are checked and failures become
+//! results): the gateway's secrets stay out of reach, output is capped, a timeout ends
+//! everything the command started, and wrapped destructive commands are refused.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use switchboard::agent::tool::{ToolContext, ToolError};
+use switchboard::agent::tools::{Registry, exec::Exec};
+use tokio_util::sync::CancellationToken;
+
+fn ctx(dir: &std::path::Path) -> ToolContext {
+    ToolContext {
+        key: "test:1".parse().unwrap(),
+        sender_is_owner: true,
+        workspace: dir.to_path_buf(),
+        restrict_to_workspace: true,
+        cancel: CancellationToken::new(),
+    }
+}
+
+async fn exec(dir: &std::path::Path, args: serde_json::Value) -> Result<String, ToolError> {
+    exec_within(dir, args, Duration::from_secs(10)).await
+}
+
+/// `exec` with `agent.tool_timeout` = `limit`.
+async fn exec_within(
+    dir: &std::path::Path,
+    args: serde_json::Value,
+    limit: Duration,
+) -> Result<String, ToolError> {
+    let reg = Registry::new(vec![Arc::new(Exec)]);
+    reg.call("exec", &args.to_string(), &ctx(dir), limit).await
+}
+
+/// Waits (bounded) until the process whose pid is in `pid_file` is gone or a zombie.
+async fn assert_ends(pid_file: &std::path::Path) {
+    let pid = std::fs::read_to_string(pid_file).unwrap();
+    let stat = format!("/proc/{}/stat", pid.trim());
+    // SIGKILL is delivered at once, but the zombie may take a moment to be reaped.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z")) {
+        assert!(Instant::now() < deadline, "the background sleep still runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_configured_tool_timeout_caps_the_commands_own() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        json!({"command": "sleep 60 & echo $! > pid; wait"}),
+        json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 300}),
+    ] {
+        let started = Instant::now();
+        let r = exec_within(dir.path(), args, Duration::from_secs(1)).await;
+        assert_eq!(r, Err(ToolError::Failed("exec timed out after 1s".into())));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_ends(&dir.path().join("pid")).await;
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_gateway_environment_cannot_be_read_through_proc() {
+    let dir = tempfile::tempdir().unwrap();
+    // cargo sets CARGO_MANIFEST_DIR for the test process: a stand-in for a gateway secret.
+    let secret = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    // `env*`, not `environ`: the deny list names the usual spelling, the protection does
+    // not depend on it.
+    let command = "cat /proc/$PPID/env* | tr '\\0' '\\n'";
+    let out = exec(dir.path(), json!({ "command": command }))
+        .await
+        .unwrap();
+    // What protects it: the gateway's process is not dumpable, so its /proc files need
+    // CAP_SYS_PTRACE. Root may still read them, so the read itself is checked only when
+    // the tests run as another user.
+    if !rustix::process::getuid().is_root() {
+        assert!(
+            !out.contains(&secret),
+            "the command read the gateway's environment: {out}"
+        );
+    }
+    assert_eq!(
+        rustix::process::dumpable_behavior().unwrap(),
+        rustix::process::DumpableBehavior::NotDumpable
+    );
+    let refused = exec(dir.path(), json!({"command": "cat /proc/$PPID/environ"})).await;
+    assert!(
+        matches!(&refused, Err(ToolError::Refused(r)) if r.contains("environment")),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn output_is_capped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = exec(
+        dir.path(),
+        json!({"command": "head -c 1000000 /dev/zero | tr '\\0' x"}),
+    )
+    .await
+    .unwrap();
+    assert!(out.len() < 20_000, "{} bytes came back", out.len());
+    assert!(
+        out.contains("[… output cut: 1000000 bytes in all]"),
+        "{out:.200}"
+    );
+}
+
+#[tokio::test]
+async fn a_timeout_ends_the_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let args =
+        json!({"command": "sleep 60 & echo $! > pid; sh -c 'sleep 60' & wait", "timeout_secs": 1});
+    let r = exec(dir.path(), args).await;
+    assert_eq!(
+        r,
+        Err(ToolError::Failed(
+            "command timed out after 1s (killed)".into()
+        ))
+    );
+    assert_ends(&dir.path().join("pid")).await;
+}
+
+#[tokio::test]
+async fn commands_run_in_the_workspace_and_wrapped_destruction_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "x").unwrap();
+    let out = exec(dir.path(), json!({"command": "pwd; rm a.txt && ls"}))
+        .await
+        .unwrap();
+    let real = dir.path().canonicalize().unwrap();
+    assert_eq!(out, format!("exit code: 0\nstdout:\n{}\n", real.display()));
+    // Harmless should the deny list ever let one through: nothing here exists or runs.
+    for command in [
+        "bash -lc 'rm -rf /switchboard-no-such-dir'",
+        "sudo -u root rm -rf /switchboard-no-such-dir",
+        "if false; then reboot; fi",
+        "rm -rf \\\n  $SWITCHBOARD_UNSET/switchboard-no-such-dir",
+        "echo x >> /dev/sd-switchboard/none",
+    ] {
+        let r = exec(dir.path(), json!({ "command": command })).await;
+        assert!(
+            matches!(&r, Err(ToolError::Refused(m)) if m.starts_with("command not allowed: ")),
+            "{command:?}: {r:?}"
+        );
+    }
+}
