@@ -233,13 +233,13 @@ fn dst_spring_forward_runs_once_at_the_next_valid_instant() {
             t("2026-03-31T00:30:00Z"),
         ]
     );
-    // Several slots inside the gap collapse into one run at 03:00.
+    // A wildcard job has no runs inside the gap (Vixie cron): 03:00 is its own next slot.
     let got = runs("*/20 * * * *", BERLIN, t("2026-03-29T00:30:00Z"), 4);
     assert_eq!(
         got,
         vec![
             t("2026-03-29T00:40:00Z"), // 01:40 CET
-            t("2026-03-29T01:00:00Z"), // 03:00 CEST (02:00, 02:20, 02:40 skipped into it)
+            t("2026-03-29T01:00:00Z"), // 03:00 CEST (02:00, 02:20, 02:40 do not exist)
             t("2026-03-29T01:20:00Z"),
             t("2026-03-29T01:40:00Z"),
         ]

@@ -1,29 +1,42 @@
 //! Standard crontab expressions translated for the `cron` crate, evaluated in local time.
 //!
 //! The `cron` crate wants 6 or 7 fields with seconds first, numbers weekdays 1–7 from Sunday
-//! (Quartz), ANDs day-of-month with day-of-week, and silently drops local times that fall in
-//! a daylight-saving gap. Users write 5-field crontab (weekday 0–7, Sunday = 0 or 7, OR of the
-//! two day fields) and expect a skipped local time to run at the next valid instant. So the
-//! weekday field is expanded here into names, a restricted day-of-month *and* weekday become
-//! two schedules, and the schedule is walked in naive local time (as if it were UTC) and
-//! mapped to the real timezone afterwards.
+//! (Quartz), and ANDs day-of-month with day-of-week. Users write 5-field crontab (weekday
+//! 0–7, Sunday = 0 or 7, OR of the two day fields). So the weekday field is expanded here
+//! into names, and a restricted day-of-month *and* weekday become two schedules. The
+//! schedule is walked in naive local time (as if it were UTC) and each local time is mapped
+//! to the real timezone afterwards.
+//!
+//! Daylight saving follows Vixie cron (what crontab users expect), by kind of job:
+//! - A *wildcard* job has a seconds, minute or hour field starting with `*`, like
+//!   `*/15 * * * *`, `0 * * * *` or `@hourly`. It runs at the real instants whose local time
+//!   matches: in both copies of an hour repeated when clocks go back (they are distinct
+//!   instants), and not at all in an hour skipped when they go forward.
+//! - A *fixed-time* job, like `30 2 * * *` or `0 1-3 * * *`, runs once for each of its
+//!   times: a repeated time at its first occurrence only, and a skipped time once, at the
+//!   first instant after the gap (03:00 when 02:00–02:59 is skipped).
 
 use std::str::FromStr;
 
 use chrono::offset::LocalResult;
-use chrono::{DateTime, NaiveDateTime, TimeZone, Timelike, Utc};
+use chrono::{DateTime, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 
 const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 /// Longest daylight-saving gap searched for the next valid local time (Samoa skipped a day).
 const MAX_GAP_MINUTES: i64 = 48 * 60;
-/// Candidates tried before giving up (only ambiguous local times make us skip candidates).
+/// Candidates tried before giving up (only local times already passed or skipped make us
+/// go on to the next one).
 const MAX_CANDIDATES: usize = 10_000;
+/// Hours searched ahead for clocks going back: UTC offsets span 26 hours (−12 to +14).
+const MAX_FOLD_HOURS: i64 = 26;
 
 /// A compiled crontab expression: one or two `cron` crate schedules whose union is meant.
 #[derive(Debug, Clone)]
 pub struct CronExpr {
     schedules: Vec<cron::Schedule>,
+    /// Whether the seconds, minute or hour field starts with `*` (see the module doc).
+    wildcard: bool,
 }
 
 /// Why an expression is not valid, in words for the person who wrote it.
@@ -59,6 +72,9 @@ impl CronExpr {
                 )));
             }
         }
+        // As in Vixie cron, only a field's first character decides (`*/15` is a wildcard,
+        // `0-59` is not); the seconds field counts only when the user wrote one.
+        let wildcard = fields[..3].iter().any(|f| f.starts_with('*'));
         let dow = expand_weekdays(fields[5])?;
         // As in Vixie cron: a day field starting with `*` (`*/2`) does not count as
         // restricted for the either-matches rule, so `*/2 * 1` is odd days that are Mondays.
@@ -93,33 +109,71 @@ impl CronExpr {
                     .map_err(|e| CronSyntax(describe_cron_error(&e.to_string())))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { schedules })
+        Ok(Self {
+            schedules,
+            wildcard,
+        })
     }
 
-    /// The first run strictly after `after`, in `tz`. A local time inside a daylight-saving
-    /// gap runs once at the first valid instant after the gap; a local time that occurs twice
-    /// runs once (at its first occurrence still ahead).
+    /// The first run strictly after `after`, in `tz`, by the daylight-saving rules of the
+    /// module doc.
     pub fn next_after(&self, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let mut cursor = Utc.from_utc_datetime(&after.with_timezone(&tz).naive_local());
+        // Candidates come in local-time order, which is real-time order except inside a
+        // repeated hour: there every first occurrence comes before every second one. So the
+        // first candidate with a single or first occurrence ahead is the answer, unless an
+        // earlier candidate's second occurrence (kept in `second`) comes sooner.
+        let mut cursor = Utc.from_utc_datetime(&earliest_local_after(tz, after));
+        let mut second: Option<DateTime<Utc>> = None;
         for _ in 0..MAX_CANDIDATES {
-            let candidate = self
+            let Some(candidate) = self
                 .schedules
                 .iter()
                 .filter_map(|s| s.after(&cursor).next())
-                .min()?;
-            let naive = candidate.naive_utc();
-            let instants: Vec<DateTime<Utc>> = match tz.from_local_datetime(&naive) {
-                LocalResult::Single(t) => vec![t.with_timezone(&Utc)],
-                LocalResult::Ambiguous(a, b) => vec![a.with_timezone(&Utc), b.with_timezone(&Utc)],
-                LocalResult::None => first_valid_after_gap(tz, naive).into_iter().collect(),
+                .min()
+            else {
+                break;
             };
-            if let Some(t) = instants.into_iter().find(|t| *t > after) {
-                return Some(t);
-            }
             cursor = candidate;
+            let (first, repeat) = self.instants(tz, candidate.naive_utc());
+            if let Some(t) = first.filter(|t| *t > after) {
+                return Some(second.map_or(t, |s| s.min(t)));
+            }
+            if let Some(t) = repeat.filter(|t| *t > after) {
+                second = Some(second.map_or(t, |s| s.min(t)));
+            }
         }
-        None
+        second
     }
+
+    /// The real instants at which a matching local time runs: its only or first occurrence,
+    /// and its second occurrence when clocks go back (wildcard jobs only).
+    fn instants(
+        &self,
+        tz: Tz,
+        naive: NaiveDateTime,
+    ) -> (Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+        let utc = |t: DateTime<Tz>| t.with_timezone(&Utc);
+        match tz.from_local_datetime(&naive) {
+            LocalResult::Single(t) => (Some(utc(t)), None),
+            LocalResult::Ambiguous(a, b) if self.wildcard => (Some(utc(a)), Some(utc(b))),
+            LocalResult::Ambiguous(a, _) => (Some(utc(a)), None),
+            LocalResult::None if self.wildcard => (None, None),
+            LocalResult::None => (first_valid_after_gap(tz, naive), None),
+        }
+    }
+}
+
+/// A lower bound of the local times shown after `after`: its own local time, or an earlier
+/// one when clocks go back within the next hours and repeat local times already passed.
+fn earliest_local_after(tz: Tz, after: DateTime<Utc>) -> NaiveDateTime {
+    let hour = chrono::Duration::hours(1);
+    (1..=MAX_FOLD_HOURS).fold(after.with_timezone(&tz).naive_local(), |earliest, h| {
+        let sample = after.naive_utc() + chrono::Duration::hours(h);
+        // An instant in the hour before `sample` shows at least `sample - 1h` in the offset
+        // then (assuming clocks change at most once an hour).
+        let offset = tz.offset_from_utc_datetime(&sample).fix();
+        earliest.min(sample - hour + offset)
+    })
 }
 
 /// The first instant whose local time is valid, at or after a local time inside a gap.

@@ -13,6 +13,8 @@
 
 pub mod clock;
 pub mod crontab;
+#[cfg(test)]
+mod dst_tests;
 pub mod engine;
 mod fire;
 pub mod heartbeat;
