@@ -98,9 +98,38 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
     let (ok, out, _) = cli(&env, &["cron", "list"]);
     assert!(ok);
     assert!(out.contains("no jobs"), "{out}");
+    // Offline, `cron run` queues the run: the gateway runs it when it starts.
+    let (ok, out, err) = cli(
+        &env,
+        &[
+            "cron",
+            "add",
+            "--key",
+            "api:ops",
+            "--every",
+            "7d",
+            "--message",
+            "weekly backup check",
+        ],
+    );
+    assert!(ok, "{err}");
+    // `api:ops\t<id> — …`
+    let id = out.split('\t').nth(1).unwrap().split(' ').next().unwrap();
+    let (ok, out, err) = cli(&env, &["cron", "run", id]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("queued {id}: the gateway runs it when it starts")
+    );
+    assert_eq!(llm.request_count(), 0);
 
     let mut gw = env.spawn();
     gw.wait_admin(WAIT);
+    let run = llm
+        .wait_for_request(|r| r.last_user_text().contains("weekly backup check"), WAIT)
+        .await
+        .expect("the queued run ran when the gateway started");
+    assert!(run.last_user_text().contains("scheduled job"));
     let (ok, out, err) = cli(
         &env,
         &[

@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use crate::metrics::Metrics;
 use crate::store::{Applied, Batch, Store, StoreError, Tree};
 
-pub use outbox::{ChannelRegistry, Outbox};
+pub use outbox::{ChannelRegistry, Outbox, record as record_replies};
 pub use seen::SEEN_RETENTION;
 
 /// Most messages joined into one turn.
@@ -114,6 +114,35 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// Add `msg` to `batch` as an inbox entry with its id marked seen; its inbox sequence.
+fn stage(
+    store: &dyn Store,
+    batch: &mut Batch,
+    now: u64,
+    msg: &InboundMessage,
+) -> Result<u64, BusError> {
+    let seq = store.next_id()?;
+    let body = serde_json::to_vec(msg).map_err(|e| BusError::Encode(e.to_string()))?;
+    seen::mark(batch, now, &msg.id);
+    batch.put(Tree::Inbox, seq.to_be_bytes().to_vec(), body);
+    Ok(seq)
+}
+
+/// Accept `msg` durably while no gateway runs (the CLI on the store): written to the inbox
+/// as [`Bus::publish`] writes it, and run by the next gateway's start-up replay.
+pub async fn publish_offline(
+    store: &dyn Store,
+    mut msg: InboundMessage,
+) -> Result<Published, BusError> {
+    msg.truncate_oversized();
+    let mut batch = Batch::default();
+    stage(store, &mut batch, now_secs(), &msg)?;
+    Ok(match store.commit(batch).await? {
+        Applied::Conflict => Published::Duplicate,
+        Applied::Done => Published::Accepted,
+    })
 }
 
 impl Bus {
@@ -235,10 +264,7 @@ impl Bus {
         let mut batch = Batch::default();
         let mut accepted = Vec::with_capacity(chunk.len());
         for (i, msg) in chunk {
-            let seq = self.store.next_id()?;
-            let body = serde_json::to_vec(&msg).map_err(|e| BusError::Encode(e.to_string()))?;
-            seen::mark(&mut batch, now, &msg.id);
-            batch.put(Tree::Inbox, seq.to_be_bytes().to_vec(), body);
+            let seq = stage(self.store.as_ref(), &mut batch, now, &msg)?;
             accepted.push((i, seq, msg));
         }
         if self.store.commit(batch).await? == Applied::Conflict {

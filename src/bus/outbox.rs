@@ -29,6 +29,24 @@ pub struct Outbox {
     shutdown: CancellationToken,
 }
 
+/// Durably record replies together with `writes`, in one atomic batch: also while no
+/// gateway runs (the CLI on the store), for the next gateway's start-up to deliver.
+pub async fn record(
+    store: &dyn Store,
+    replies: Vec<OutboundMessage>,
+    mut writes: Batch,
+) -> Result<Vec<(u64, OutboundMessage)>, StoreError> {
+    let mut entries = Vec::with_capacity(replies.len());
+    for reply in replies {
+        let seq = store.next_id()?;
+        let body = serde_json::to_vec(&reply).map_err(|e| StoreError::Backend(e.to_string()))?;
+        writes.put(Tree::Outbox, seq.to_be_bytes().to_vec(), body);
+        entries.push((seq, reply));
+    }
+    store.commit(writes).await?;
+    Ok(entries)
+}
+
 impl Outbox {
     pub(super) fn new(
         store: Arc<dyn Store>,
@@ -60,18 +78,9 @@ impl Outbox {
     pub async fn record(
         &self,
         replies: Vec<OutboundMessage>,
-        mut writes: Batch,
+        writes: Batch,
     ) -> Result<Vec<(u64, OutboundMessage)>, StoreError> {
-        let mut entries = Vec::with_capacity(replies.len());
-        for reply in replies {
-            let seq = self.store.next_id()?;
-            let body =
-                serde_json::to_vec(&reply).map_err(|e| StoreError::Backend(e.to_string()))?;
-            writes.put(Tree::Outbox, seq.to_be_bytes().to_vec(), body);
-            entries.push((seq, reply));
-        }
-        self.store.commit(writes).await?;
-        Ok(entries)
+        record(self.store.as_ref(), replies, writes).await
     }
 
     pub async fn record_and_deliver(

@@ -501,17 +501,18 @@ pub async fn cron(loaded: &Loaded, action: CronAction) -> anyhow::Result<()> {
             }
             println!("removed {id}");
         }
-        CronAction::Run { id } => {
-            match &offline {
-                Some(s) => s.run_now(&id).await?,
-                None => {
-                    target
-                        .post(&format!("/admin/cron/run?id={}", urlencode(&id)), json!({}))
-                        .await?;
-                }
+        CronAction::Run { id } => match &offline {
+            Some(s) => {
+                s.run_now(&id).await?;
+                println!("queued {id}: the gateway runs it when it starts");
             }
-            println!("ran {id}");
-        }
+            None => {
+                target
+                    .post(&format!("/admin/cron/run?id={}", urlencode(&id)), json!({}))
+                    .await?;
+                println!("ran {id}");
+            }
+        },
     }
     Ok(())
 }

@@ -101,7 +101,7 @@ pub enum CronAction {
     },
     /// Remove a job.
     Remove { id: String },
-    /// Run a job now (needs a running gateway).
+    /// Run a job now (with no gateway running: queued for its start).
     Run { id: String },
 }
 

@@ -187,11 +187,9 @@ impl Scheduler {
         Ok(job)
     }
 
-    /// Fire a job now, outside its schedule (which stays as it is).
+    /// Fire a job now, outside its schedule (which stays as it is). Without a gateway
+    /// (the CLI on the store), the run is queued for the next gateway's start.
     pub async fn run_now(&self, id: &str) -> Result<(), ScheduleError> {
-        if self.bus.is_none() {
-            return Err(ScheduleError::NotRunning);
-        }
         let job = self
             .get(id)?
             .ok_or_else(|| ScheduleError::NotFound(id.to_string()))?;

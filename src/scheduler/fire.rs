@@ -205,10 +205,15 @@ impl Scheduler {
         message_id: String,
         now: DateTime<Utc>,
     ) -> Result<Option<String>, Stop> {
+        let msg = inbound(job, message_id, now);
         let Some(bus) = &self.bus else {
-            return Ok(Some("the gateway is not running".into()));
+            // No gateway (the CLI on the store): the next one's start-up runs it.
+            return Ok(crate::bus::publish_offline(self.store.as_ref(), msg)
+                .await
+                .err()
+                .map(|e| e.to_string()));
         };
-        match bus.publish(inbound(job, message_id, now)).await {
+        match bus.publish(msg).await {
             Ok(_) => Ok(None),
             Err(BusError::ShuttingDown) => Err(Stop),
             Err(e) => Ok(Some(e.to_string())),
@@ -266,6 +271,8 @@ impl Scheduler {
     }
 
     /// `run_now`: fire outside the schedule; the run is recorded, the schedule untouched.
+    /// Without a gateway the message (or a direct job's reply) is only stored, for the next
+    /// gateway to run (or deliver) when it starts.
     pub(super) async fn fire_now(&self, job: Job) -> Result<(), ScheduleError> {
         let now = self.clock.now();
         let error = match job.delivery {
@@ -276,12 +283,20 @@ impl Scheduler {
                     .map_err(|_| ScheduleError::NotRunning)?
             }
             Delivery::Direct => {
-                let bus = self.bus.as_ref().ok_or(ScheduleError::NotRunning)?;
                 let reply = OutboundMessage::new(job.key.clone(), job.message.clone());
-                bus.send_direct(vec![reply])
+                match &self.bus {
+                    Some(bus) => bus.send_direct(vec![reply]).await.err(),
+                    // No gateway: kept in the outbox for the next one to deliver.
+                    None => crate::bus::record_replies(
+                        self.store.as_ref(),
+                        vec![reply],
+                        Batch::default(),
+                    )
                     .await
                     .err()
-                    .map(|e| e.to_string())
+                    .map(Into::into),
+                }
+                .map(|e| e.to_string())
             }
         };
         let run = self.run_record(now, now, error.clone());
