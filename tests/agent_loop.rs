@@ -196,7 +196,6 @@ async fn heartbeat_ok_is_neither_delivered_nor_kept_in_the_history() {
     let mut m = msg("hb:1", "check HEARTBEAT.md");
     m.origin = Origin::System(SystemOrigin::Heartbeat);
     m.metadata.insert("model".into(), json!("cheap-model"));
-    m.metadata.insert("light_context".into(), json!(true));
     let out = turn(&h.agent(), &h.store, m).await;
     assert!(out.replies.is_empty());
     assert_eq!(h.llm.requests()[0].model, "cheap-model");

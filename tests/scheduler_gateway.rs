@@ -177,3 +177,55 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
     gw.sigterm();
     assert!(gw.wait_exit(WAIT).0.success());
 }
+
+#[tokio::test]
+async fn a_heartbeat_is_composed_in_the_context_of_its_chat() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let config = std::fs::read_to_string(env.config_path()).unwrap().replace(
+        "[heartbeat]\nenabled = false",
+        "[heartbeat]\nenabled = true\ninterval = \"1s\"\ntarget = \"test:garden\"",
+    );
+    std::fs::write(env.config_path(), config).unwrap();
+    let workspace = env.dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(
+        workspace.join("HEARTBEAT.md"),
+        "- remind me of my plant chores\n",
+    )
+    .unwrap();
+    let ch = Arc::new(TestChannel::default());
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    llm.push(Reply::text("Noted: the ficus on Fridays."));
+    let sender = Sender {
+        id: "u1".into(),
+        username: None,
+        display_name: "Ann".into(),
+        is_owner: false,
+    };
+    running
+        .inbound()
+        .publish(InboundMessage::text(
+            "g1",
+            ChatKey::new("test", "garden"),
+            sender,
+            "I water the ficus on Fridays",
+        ))
+        .await
+        .unwrap();
+    // DESIGN §1: a producer's message is composed in the context of the chat it goes to
+    // (a beat before the chat's first turn, on a slow machine, has no history yet).
+    let with_history = |r: &switchboard_fakes::llm::RecordedRequest| {
+        let sent = serde_json::to_string(&r.body["messages"]).unwrap();
+        r.last_user_text().contains("plant chores")
+            && sent.contains("I water the ficus on Fridays")
+            && sent.contains("Noted: the ficus on Fridays.")
+    };
+    assert!(
+        llm.wait_for_request(with_history, WAIT).await.is_ok(),
+        "no heartbeat with the chat's history: {:#?}",
+        llm.requests().last().map(|r| &r.body["messages"])
+    );
+    shutdown.cancel();
+    running.stopped().await;
+}

@@ -1,6 +1,6 @@
 //! The heartbeat: actionable-content and `HEARTBEAT_OK` tables, active hours, and what
 //! reaches the bus (nothing without actionable content or outside active hours; one
-//! `System(Heartbeat)` message with a light context to the last active chat otherwise).
+//! `System(Heartbeat)` message to the last active chat otherwise).
 
 mod scheduler_support;
 
@@ -103,7 +103,7 @@ fn mark_active(rig: &Rig) {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_actionable_file_goes_to_the_last_active_chat_with_a_light_context() {
+async fn an_actionable_file_goes_to_the_last_active_chat() {
     let dir = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -128,10 +128,6 @@ async fn an_actionable_file_goes_to_the_last_active_chat_with_a_light_context() 
     assert_eq!(msg.key, key());
     assert_eq!(msg.origin, Origin::System(SystemOrigin::Heartbeat));
     assert_eq!(msg.text, "# Tasks\n- remind me to drink water\n");
-    assert_eq!(
-        msg.metadata.get("light_context"),
-        Some(&serde_json::Value::Bool(true))
-    );
     assert_eq!(
         msg.metadata.get("model").and_then(|v| v.as_str()),
         Some("cheap-model")

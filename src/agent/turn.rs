@@ -67,7 +67,6 @@ impl Agent {
             tracing::error!(%key, "cannot load the session: {e}");
             Session::default()
         });
-        let light = last.metadata.get("light_context").and_then(|v| v.as_bool()) == Some(true);
         let model = last
             .metadata
             .get("model")
@@ -85,14 +84,11 @@ impl Agent {
             cancel: turn.cancel.clone(),
         };
         let user = ChatMessage::new(Role::User, Self::user_content(&turn.messages));
-        let mut history: Vec<ChatMessage> = if light {
-            Vec::new()
-        } else {
-            session.window(self.config.agent.history_messages).to_vec()
-        };
+        let mut history: Vec<ChatMessage> =
+            session.window(self.config.agent.history_messages).to_vec();
         history.push(user.clone());
         let dynamic = prompt::dynamic(&self.config, &model);
-        let summary = if light { None } else { session.summary.clone() };
+        let summary = session.summary.clone();
         let mut spec = LoopSpec {
             model,
             system: prompt::stable(&self.config, &skills, last, summary.as_deref()),

@@ -2,9 +2,9 @@
 //!
 //! Every `heartbeat.interval`, inside `heartbeat.active_hours` (in `gateway.timezone`), if
 //! `<workspace>/HEARTBEAT.md` has actionable content and the target chat has no turn running
-//! or waiting, one message carrying the file goes to the target with
-//! `metadata.light_context = true`. Without actionable content nothing is published, so an
-//! idle gateway makes no LLM call.
+//! or waiting, one message carrying the file goes to the target, where the agent composes
+//! it in the context of that chat (its history and summary, as for a cron job). Without
+//! actionable content nothing is published, so an idle gateway makes no LLM call.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -220,7 +220,6 @@ impl Heartbeat {
         );
         msg.received_at = now;
         msg.origin = Origin::System(SystemOrigin::Heartbeat);
-        msg.metadata.insert("light_context".into(), true.into());
         if let Some(model) = &self.model {
             msg.metadata.insert("model".into(), model.clone().into());
         }
