@@ -14,6 +14,16 @@ use switchboard_fakes::llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// A member of the chat who is not the owner.
+fn ann() -> Sender {
+    Sender {
+        id: "u1".into(),
+        username: None,
+        display_name: "Ann".into(),
+        is_owner: false,
+    }
+}
+
 #[tokio::test]
 async fn a_reminder_set_by_the_model_fires_into_its_chat() {
     let llm = FakeLlm::start().await;
@@ -26,18 +36,12 @@ async fn a_reminder_set_by_the_model_fires_into_its_chat() {
     ));
     llm.push(Reply::text("Reminder set."));
     let key = ChatKey::new("test", "family");
-    let sender = Sender {
-        id: "u1".into(),
-        username: None,
-        display_name: "Ann".into(),
-        is_owner: false,
-    };
     running
         .inbound()
         .publish(InboundMessage::text(
             "r1",
             key.clone(),
-            sender,
+            ann(),
             "remind me in 2 seconds to call mum",
         ))
         .await
@@ -197,18 +201,12 @@ async fn a_heartbeat_is_composed_in_the_context_of_its_chat() {
     let ch = Arc::new(TestChannel::default());
     let (running, shutdown) = env.start(with_test_channel(&ch)).await;
     llm.push(Reply::text("Noted: the ficus on Fridays."));
-    let sender = Sender {
-        id: "u1".into(),
-        username: None,
-        display_name: "Ann".into(),
-        is_owner: false,
-    };
     running
         .inbound()
         .publish(InboundMessage::text(
             "g1",
             ChatKey::new("test", "garden"),
-            sender,
+            ann(),
             "I water the ficus on Fridays",
         ))
         .await
