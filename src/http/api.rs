@@ -5,11 +5,12 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
@@ -206,9 +207,19 @@ fn error(status: StatusCode, message: &str, kind: &str) -> Response {
         .into_response()
 }
 
-fn authorized(headers: &HeaderMap) -> bool {
-    let Some(token) = crate::config::secret("SWITCHBOARD_API_TOKEN") else {
-        return true;
+/// Whether a request may use the API: with `SWITCHBOARD_API_TOKEN` set, one bearing it;
+/// without, one from this machine only (the agent has tools: a gateway listening on
+/// 0.0.0.0 must not hand them to the network unasked).
+fn access(token: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Result<(), Response> {
+    let Some(token) = token else {
+        if peer.to_canonical().is_loopback() {
+            return Ok(());
+        }
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            "the API answers only clients on the gateway's own machine until SWITCHBOARD_API_TOKEN is set",
+            "permission_error",
+        ));
     };
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -219,7 +230,15 @@ fn authorized(headers: &HeaderMap) -> bool {
             scheme.eq_ignore_ascii_case("bearer").then_some(token)
         })
         .unwrap_or("");
-    crate::http::admin::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+    if crate::http::admin::constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+        Ok(())
+    } else {
+        Err(error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token",
+            "authentication_error",
+        ))
+    }
 }
 
 /// The text of the request's last user message (string content or text parts).
@@ -246,15 +265,13 @@ fn last_user_text(body: &Value) -> Result<String, String> {
 
 pub async fn chat_completions(
     State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    if !authorized(&headers) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong bearer token",
-            "authentication_error",
-        );
+    let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
+    if let Err(refused) = access(token.as_deref(), &headers, peer.ip()) {
+        return refused;
     }
     // Too large a body (or one that broke off) gets the same JSON error shape as the rest.
     let body = match body {
@@ -509,3 +526,55 @@ fn stream_reply(
 }
 
 use futures_util::StreamExt as _;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(token: Option<&str>, auth: Option<&str>, peer: &str) -> StatusCode {
+        let mut headers = HeaderMap::new();
+        if let Some(a) = auth {
+            headers.insert(axum::http::header::AUTHORIZATION, a.parse().unwrap());
+        }
+        match access(token, &headers, peer.parse().unwrap()) {
+            Ok(()) => StatusCode::OK,
+            Err(r) => r.status(),
+        }
+    }
+
+    #[test]
+    fn without_a_token_only_this_machine_may_call() {
+        for local in ["127.0.0.1", "127.0.0.9", "::1", "::ffff:127.0.0.1"] {
+            assert_eq!(status(None, None, local), StatusCode::OK, "{local}");
+        }
+        for remote in [
+            "192.168.1.20",
+            "172.17.0.1",
+            "2001:db8::1",
+            "::ffff:10.0.0.2",
+        ] {
+            assert_eq!(
+                status(None, None, remote),
+                StatusCode::FORBIDDEN,
+                "{remote}"
+            );
+        }
+    }
+
+    #[test]
+    fn with_a_token_anyone_bearing_it_may_call() {
+        let t = Some("s3cret");
+        assert_eq!(
+            status(t, Some("Bearer s3cret"), "192.168.1.20"),
+            StatusCode::OK
+        );
+        assert_eq!(
+            status(t, Some("bearer s3cret"), "127.0.0.1"),
+            StatusCode::OK
+        );
+        for wrong in [None, Some("Bearer nope"), Some("Basic s3cret")] {
+            assert_eq!(status(t, wrong, "127.0.0.1"), StatusCode::UNAUTHORIZED);
+            assert_eq!(status(t, wrong, "192.168.1.20"), StatusCode::UNAUTHORIZED);
+        }
+    }
+}

@@ -36,7 +36,13 @@ pub async fn serve(
             addr: addr.to_string(),
             source,
         })?;
-    let app = router(shared);
+    if !bound.ip().is_loopback() && crate::config::secret("SWITCHBOARD_API_TOKEN").is_none() {
+        tracing::warn!(
+            "HTTP listens on {bound} without SWITCHBOARD_API_TOKEN: /v1/chat/completions \
+             answers only clients on this machine until it is set"
+        );
+    }
+    let app = router(shared).into_make_service_with_connect_info::<SocketAddr>();
     tracker.spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
