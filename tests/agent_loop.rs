@@ -335,8 +335,33 @@ async fn provider_failure_ends_in_a_clear_error_reply() {
         "{}",
         out.replies[0].text
     );
+    assert!(
+        out.replies[0]
+            .text
+            .ends_with("Please try again in a moment.")
+    );
     let models: Vec<String> = h.llm.requests().iter().map(|r| r.model.clone()).collect();
     assert_eq!(models, ["gpt-4o-mini", "backup"]);
+}
+
+#[tokio::test]
+async fn a_setting_the_owner_must_fix_is_not_worth_trying_again() {
+    let h = Harness::with(|c| c.llm.max_retries = 0).await;
+    let refusal = json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}});
+    for (status, advice) in [
+        (401, "its owner should check llm.api_key_env."),
+        (404, "the gateway's owner should check llm.model."),
+        (400, "The gateway's log has the details for its owner."),
+    ] {
+        h.llm.push(Reply::error(status, refusal.clone()));
+        let out = turn(&h.agent(), &h.store, msg(&format!("t:{status}"), "hello")).await;
+        let text = &out.replies[0].text;
+        assert!(
+            text.contains(&format!("HTTP {status}")) && text.ends_with(advice),
+            "{text}"
+        );
+        assert!(!text.contains("try again"), "{text}");
+    }
 }
 
 #[tokio::test]

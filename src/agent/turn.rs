@@ -190,8 +190,9 @@ impl Agent {
                 self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(%key, "turn failed: {e}");
                 let text = format!(
-                    "⚠️ Sorry, I couldn't get an answer from the language model ({}). Please try again in a moment.",
-                    e.brief()
+                    "⚠️ Sorry, I couldn't get an answer from the language model ({}). {}",
+                    e.brief(),
+                    e.advice()
                 );
                 return Ok(TurnOutput {
                     replies: vec![Self::reply(last, text, OutboundKind::Error)],

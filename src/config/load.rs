@@ -206,6 +206,16 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     }
     let l = &c.llm;
     check_url("llm.base_url", &l.base_url)?;
+    // `provider = "anthropic"` alone would send Messages API requests to OpenAI.
+    if l.provider == crate::config::Provider::Anthropic && l.base_url.contains("api.openai.com") {
+        return Err(invalid(
+            "llm.base_url",
+            format!(
+                "{:?} is OpenAI's; with provider = \"anthropic\" set base_url = \"https://api.anthropic.com\" (and api_key_env and model to Anthropic's)",
+                l.base_url
+            ),
+        ));
+    }
     if l.model.trim().is_empty() {
         return Err(invalid("llm.model", "must not be empty"));
     }
@@ -471,6 +481,10 @@ mod tests {
             ),
             ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
             ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
+            (
+                "[llm]\nprovider = \"anthropic\"",
+                "llm.base_url: \"https://api.openai.com/v1\" is OpenAI's; with provider = \"anthropic\"",
+            ),
             (
                 "[channels.discord]\nallow_from = [\"\"]",
                 "channels.discord.allow_from[0]",

@@ -137,6 +137,28 @@ impl LlmError {
         }
     }
 
+    /// What the person in the chat can do about it: wait for a passing failure, or have the
+    /// gateway's owner fix a setting that will not fix itself.
+    pub fn advice(&self) -> &'static str {
+        match self {
+            LlmError::Refused {
+                status: Some(401 | 403),
+                ..
+            } => {
+                "The provider did not accept the gateway's API key: its owner should check llm.api_key_env."
+            }
+            LlmError::Refused {
+                status: Some(404), ..
+            } => {
+                "The provider does not know the model: the gateway's owner should check llm.model."
+            }
+            LlmError::Refused { .. } | LlmError::Protocol(_) => {
+                "The gateway's log has the details for its owner."
+            }
+            _ => "Please try again in a moment.",
+        }
+    }
+
     /// Worth retrying the same model (429, 5xx, 529, connection errors).
     pub fn is_retryable(&self) -> bool {
         matches!(
