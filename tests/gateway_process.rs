@@ -356,6 +356,25 @@ async fn cli_works_offline_and_through_the_admin_api() {
     assert_eq!(llm.request_count(), 2);
 }
 
+#[test]
+fn output_to_a_reader_that_went_away_ends_quietly() {
+    let env = Env::new("http://127.0.0.1:9/v1", "");
+    // `switchboard cron list | head -0`: the reading end is closed before the first line.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(env.config_path())
+        .args(["cron", "list"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// Bytes in the store's journal files.
 fn journal_bytes(env: &Env) -> u64 {
     std::fs::read_dir(env.data_dir().join("journal"))

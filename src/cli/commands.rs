@@ -100,7 +100,7 @@ where
     Fut: std::future::Future<Output = anyhow::Result<String>>,
 {
     if let Some(m) = message {
-        println!("{}", ask(m).await?);
+        out!("{}", ask(m).await?);
         return Ok(());
     }
     let stdin = std::io::stdin();
@@ -119,7 +119,7 @@ where
             return Ok(());
         }
         match ask(line.to_string()).await {
-            Ok(reply) => println!("{reply}\n"),
+            Ok(reply) => out!("{reply}\n"),
             Err(e) => eprintln!("error: {e:#}"),
         }
     }
@@ -127,11 +127,11 @@ where
 
 pub fn config_check(loaded: &Loaded) -> anyhow::Result<()> {
     match &loaded.path {
-        Some(p) => println!("config OK: {}", p.display()),
-        None => println!("config OK: built-in defaults (no config file found)"),
+        Some(p) => out!("config OK: {}", p.display()),
+        None => out!("config OK: built-in defaults (no config file found)"),
     }
     for w in &loaded.warnings {
-        println!("warning: {w}");
+        out!("warning: {w}");
     }
     Ok(())
 }
@@ -140,7 +140,7 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
     let c = &loaded.config;
     let mut problems = 0;
     let mut report = |ok: bool, what: &str, detail: String| {
-        println!("{} {what}: {detail}", if ok { "ok  " } else { "FAIL" });
+        out!("{} {what}: {detail}", if ok { "ok  " } else { "FAIL" });
         if !ok {
             problems += 1;
         }
@@ -155,7 +155,7 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
     );
     for w in &loaded.warnings {
         // Worth reading, not a failure: the gateway runs with them.
-        println!("warn config: {w}");
+        out!("warn config: {w}");
     }
     let data_ok =
         std::fs::create_dir_all(&c.gateway.data_dir).is_ok() && tempfile_in(&c.gateway.data_dir);
@@ -218,7 +218,7 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
         ),
     }
     if c.llm.api_key_env.trim().is_empty() {
-        println!("ok   llm key: none (llm.api_key_env is empty, as for a local Ollama)");
+        out!("ok   llm key: none (llm.api_key_env is empty, as for a local Ollama)");
     } else if key.is_none() {
         report(
             false,
@@ -238,9 +238,9 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
         ("slack", ch.slack.enabled, ch.slack.missing_credentials()),
     ] {
         match (enabled, missing) {
-            (false, _) => println!("off  {name}: disabled in the config"),
+            (false, _) => out!("off  {name}: disabled in the config"),
             (true, None) => report(true, name, "credentials set".into()),
-            (true, Some(why)) => println!("off  {name}: {why}, so the channel stays off"),
+            (true, Some(why)) => out!("off  {name}: {why}, so the channel stays off"),
         }
     }
     if problems > 0 {
@@ -270,9 +270,9 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                     (json!(p), json!(a))
                 }
             };
-            println!("pending:");
+            out!("pending:");
             for p in pending.as_array().into_iter().flatten() {
-                println!(
+                out!(
                     "  {} {} from {} ({}) until {}",
                     p["channel"].as_str().unwrap_or(""),
                     p["code"].as_str().unwrap_or(""),
@@ -281,9 +281,9 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                     p["expires_at"].as_str().unwrap_or("")
                 );
             }
-            println!("approved:");
+            out!("approved:");
             for a in approved.as_array().into_iter().flatten() {
-                println!(
+                out!(
                     "  {} {} ({})",
                     a["channel"].as_str().unwrap_or(""),
                     a["display_name"].as_str().unwrap_or(""),
@@ -305,7 +305,7 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                     json!(pairing::approve(store.as_ref(), &channel, &code).await?)
                 }
             };
-            println!(
+            out!(
                 "approved {} ({}) on {channel}",
                 who["display_name"].as_str().unwrap_or(""),
                 who["sender_id"].as_str().unwrap_or("")
@@ -325,7 +325,7 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                     pairing::revoke(store.as_ref(), &channel, &user).await?;
                 }
             }
-            println!("revoked {user} on {channel}");
+            out!("revoked {user} on {channel}");
         }
     }
     Ok(())
@@ -342,7 +342,7 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
                 Target::Local(store) => Session::keys(store.as_ref())?,
             };
             for (k, n) in keys {
-                println!("{k}\t{n} messages");
+                out!("{k}\t{n} messages");
             }
         }
         SessionsAction::Show { key } => {
@@ -359,10 +359,10 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
                 Target::Local(store) => json!(Session::load(store.as_ref(), &key)?),
             };
             if let Some(s) = session["summary"].as_str() {
-                println!("[summary] {s}\n");
+                out!("[summary] {s}\n");
             }
             for m in session["messages"].as_array().into_iter().flatten() {
-                println!(
+                out!(
                     "{}: {}",
                     m["role"].as_str().unwrap_or("?"),
                     m["content"].as_str().unwrap_or("")
@@ -386,7 +386,7 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
                     store.commit(b).await?;
                 }
             }
-            println!("reset {key}");
+            out!("reset {key}");
         }
     }
     Ok(())
@@ -399,7 +399,7 @@ fn urlencode(s: &str) -> String {
 pub fn skills_list(loaded: &Loaded) -> anyhow::Result<()> {
     let skills = crate::agent::list_skills(&loaded.config);
     if skills.is_empty() {
-        println!("no skills found in {:?}", loaded.config.gateway.skills_dirs);
+        out!("no skills found in {:?}", loaded.config.gateway.skills_dirs);
     }
     for s in skills {
         let status = if s.available {
@@ -411,9 +411,12 @@ pub fn skills_list(loaded: &Loaded) -> anyhow::Result<()> {
         } else {
             format!("unavailable: missing {}", s.missing.join(", "))
         };
-        println!(
+        out!(
             "{:<20} {:<10} {status}\n{:<20} {}",
-            s.name, s.source, "", s.description
+            s.name,
+            s.source,
+            "",
+            s.description
         );
     }
     Ok(())
@@ -422,13 +425,13 @@ pub fn skills_list(loaded: &Loaded) -> anyhow::Result<()> {
 fn print_jobs(jobs: &Value) {
     let jobs = jobs.as_array().cloned().unwrap_or_default();
     if jobs.is_empty() {
-        println!("no jobs");
+        out!("no jobs");
     }
     for j in jobs {
         let job: Result<crate::scheduler::Job, _> = serde_json::from_value(j);
         match job {
-            Ok(job) => println!("{}\t{}", job.key, job.summary()),
-            Err(e) => println!("(unreadable job: {e})"),
+            Ok(job) => out!("{}\t{}", job.key, job.summary()),
+            Err(e) => out!("(unreadable job: {e})"),
         }
     }
 }
@@ -499,18 +502,18 @@ pub async fn cron(loaded: &Loaded, action: CronAction) -> anyhow::Result<()> {
                         .await?;
                 }
             }
-            println!("removed {id}");
+            out!("removed {id}");
         }
         CronAction::Run { id } => match &offline {
             Some(s) => {
                 s.run_now(&id).await?;
-                println!("queued {id}: the gateway runs it when it starts");
+                out!("queued {id}: the gateway runs it when it starts");
             }
             None => {
                 target
                     .post(&format!("/admin/cron/run?id={}", urlencode(&id)), json!({}))
                     .await?;
-                println!("ran {id}");
+                out!("ran {id}");
             }
         },
     }

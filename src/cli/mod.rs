@@ -1,6 +1,19 @@
 //! The command line (DESIGN §9). State-changing commands go through the running gateway's
 //! admin API when there is one, and open the store directly when there is none.
 
+/// `println!` for command output: a reader that went away (`switchboard cron list | head`)
+/// ends the command quietly with 141, as SIGPIPE would, instead of a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(141);
+            }
+        }
+    }};
+}
+
 mod admin_client;
 mod commands;
 
