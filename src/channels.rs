@@ -116,7 +116,10 @@ pub fn start_all(
     #[cfg(feature = "slack")]
     {
         let s = &c.slack;
-        match (s.enabled, s.missing_credentials()) {
+        match (
+            s.enabled,
+            s.missing_credentials(shared.config.gateway.http_addr().is_some()),
+        ) {
             (false, _) => off("slack", "disabled in the config".into()),
             (true, Some(why)) => off("slack", why),
             (true, None) => {

@@ -285,18 +285,26 @@ pub struct SlackConfig {
 
 impl SlackConfig {
     /// Why the channel cannot start with the environment as it is (`None`: it can): it
-    /// needs the bot token and a way to receive events, Socket Mode or the Events API.
-    pub fn missing_credentials(&self) -> Option<String> {
+    /// needs the bot token and a way to receive events, Socket Mode or the Events API (which
+    /// needs the gateway's HTTP listener, `http_on`).
+    pub fn missing_credentials(&self, http_on: bool) -> Option<String> {
         if secret(&self.bot_token_env).is_none() {
             return Some(format!("${} is not set", self.bot_token_env));
         }
-        if secret(&self.app_token_env).is_none() && secret(&self.signing_secret_env).is_none() {
-            return Some(format!(
+        match (
+            secret(&self.app_token_env).is_some(),
+            secret(&self.signing_secret_env).is_some(),
+        ) {
+            (false, false) => Some(format!(
                 "neither ${} (Socket Mode) nor ${} (Events API) is set",
                 self.app_token_env, self.signing_secret_env
-            ));
+            )),
+            (false, true) if !http_on => Some(format!(
+                "only ${} (Events API) is set, and gateway.http_listen is \"\": Slack could not reach /slack/events",
+                self.signing_secret_env
+            )),
+            _ => None,
         }
-        None
     }
 
     pub fn access(&self) -> Access {

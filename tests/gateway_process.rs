@@ -302,6 +302,24 @@ async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
             Some("sk-ant-doctor")
         );
     }
+    // The Events API alone cannot work without the HTTP listener (http_listen = "").
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(&config)
+        .arg("doctor")
+        .env("SB_DOCTOR_KEY", "sk-ant-doctor")
+        .env("SB_DOCTOR_SLACK_BOT", "xoxb-doctor")
+        .env("SB_DOCTOR_UNSET_SIGNING", "signing-doctor")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "off  slack: only $SB_DOCTOR_UNSET_SIGNING (Events API) is set, and gateway.http_listen is \"\""
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("signing-doctor"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -235,7 +235,12 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
             unset(&ch.telegram.token_env),
         ),
         ("discord", ch.discord.enabled, unset(&ch.discord.token_env)),
-        ("slack", ch.slack.enabled, ch.slack.missing_credentials()),
+        (
+            "slack",
+            ch.slack.enabled,
+            ch.slack
+                .missing_credentials(c.gateway.http_addr().is_some()),
+        ),
     ] {
         match (enabled, missing) {
             (false, _) => out!("off  {name}: disabled in the config"),

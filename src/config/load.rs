@@ -119,6 +119,12 @@ fn unknown_keys(value: &toml::Value, known: &toml::Value, prefix: &str, out: &mu
         };
         match known_table.get(key) {
             Some(k) => unknown_keys(v, k, &path, out),
+            // `token = "123:AA…"` where `token_env` is meant: a secret written into the file.
+            None if known_table.contains_key(&format!("{key}_env")) => out.push(format!(
+                "unknown config key `{path}` is ignored: secrets are read only from the \
+                 environment; put it in an environment variable and name that in `{path}_env` \
+                 (and remove it from the file)"
+            )),
             None => {
                 let suggestion = closest(key, known_table.keys().map(String::as_str));
                 let hint = suggestion
@@ -512,6 +518,31 @@ mod tests {
             l.warnings
         );
         assert!(l.warnings.iter().any(|w| w.contains("`extra`")));
+    }
+
+    #[test]
+    fn a_secret_written_into_the_file_is_pointed_at_its_env_key() {
+        let l = load_str(
+            "[channels.telegram]\ntoken = \"123456:AAsecret\"\n[llm]\napi_key = \"sk-secret\"",
+            Path::new("."),
+        )
+        .unwrap();
+        for key in ["channels.telegram.token", "llm.api_key"] {
+            assert!(
+                l.warnings.iter().any(|w| w.contains(&format!(
+                    "`{key}` is ignored: secrets are read only from the environment; put it in \
+                     an environment variable and name that in `{key}_env`"
+                ))),
+                "{:?}",
+                l.warnings
+            );
+        }
+        // The value itself is never repeated.
+        assert!(
+            !l.warnings
+                .iter()
+                .any(|w| w.contains("sk-secret") || w.contains("AAsecret"))
+        );
     }
 
     #[test]
