@@ -216,11 +216,15 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
             "a pasted secret is not repeated: {err}"
         );
     }
-    let (ok, out, _) = config_check("[agent]\nmax_iteratons = 3\n");
+    let (ok, out, err) = config_check("[agent]\nmax_iteratons = 3\n");
     assert!(ok);
     assert!(
         out.contains("unknown config key `agent.max_iteratons`") && out.contains("max_iterations"),
         "{out}"
+    );
+    assert!(
+        !err.contains("max_iteratons"),
+        "said once, on stdout: {err}"
     );
     let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
     let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))

@@ -183,8 +183,11 @@ pub async fn main(cli: Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    for w in &loaded.warnings {
-        tracing::warn!("{w}");
+    // `config check` and `doctor` list them in their own output, once.
+    if !matches!(cli.command, Some(Command::Config { .. } | Command::Doctor)) {
+        for w in &loaded.warnings {
+            tracing::warn!("{w}");
+        }
     }
     let result = match cli.command.unwrap_or(Command::Run) {
         Command::Run => commands::run(&loaded).await,
