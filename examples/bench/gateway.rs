@@ -7,6 +7,11 @@ use std::time::{Duration, Instant};
 use switchboard_fakes::llm::FakeLlm;
 
 pub(crate) fn binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build).clone()
+}
+
+fn build() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/examples/bench → target/<profile>/switchboard
     let bin = exe
@@ -14,14 +19,14 @@ pub(crate) fn binary() -> PathBuf {
         .and_then(Path::parent)
         .expect("target dir")
         .join("switchboard");
-    if !bin.exists() {
-        eprintln!("building the gateway binary…");
-        let ok = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--bin", "switchboard"])
-            .status()
-            .expect("cargo build");
-        assert!(ok.success(), "cargo build failed");
-    }
+    // Always: `cargo run --example bench` builds the example, not the gateway, and an old
+    // binary would be measured after a pull. Up to date, this takes a moment.
+    let ok = Command::new(env!("CARGO"))
+        .args(["build", "--release", "--bin", "switchboard"])
+        .status()
+        .expect("cargo build");
+    assert!(ok.success(), "cargo build failed");
+    assert!(bin.exists(), "no gateway binary at {}", bin.display());
     bin
 }
 

@@ -207,15 +207,18 @@ fn error(status: StatusCode, message: &str, kind: &str) -> Response {
         .into_response()
 }
 
+/// Why a request is refused: status, message and OpenAI error type.
+type Refusal = (StatusCode, &'static str, &'static str);
+
 /// Whether a request may use the API: with `SWITCHBOARD_API_TOKEN` set, one bearing it;
 /// without, one from this machine only (the agent has tools: a gateway listening on
 /// 0.0.0.0 must not hand them to the network unasked).
-fn access(token: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Result<(), Response> {
+fn access(token: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Result<(), Refusal> {
     let Some(token) = token else {
         if peer.to_canonical().is_loopback() {
             return Ok(());
         }
-        return Err(error(
+        return Err((
             StatusCode::FORBIDDEN,
             "the API answers only clients on the gateway's own machine until SWITCHBOARD_API_TOKEN is set",
             "permission_error",
@@ -233,7 +236,7 @@ fn access(token: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Result<(), 
     if crate::http::admin::constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
         Ok(())
     } else {
-        Err(error(
+        Err((
             StatusCode::UNAUTHORIZED,
             "missing or wrong bearer token",
             "authentication_error",
@@ -270,8 +273,8 @@ pub async fn chat_completions(
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
-    if let Err(refused) = access(token.as_deref(), &headers, peer.ip()) {
-        return refused;
+    if let Err((status, message, kind)) = access(token.as_deref(), &headers, peer.ip()) {
+        return error(status, message, kind);
     }
     // Too large a body (or one that broke off) gets the same JSON error shape as the rest.
     let body = match body {
@@ -538,7 +541,7 @@ mod tests {
         }
         match access(token, &headers, peer.parse().unwrap()) {
             Ok(()) => StatusCode::OK,
-            Err(r) => r.status(),
+            Err((status, ..)) => status,
         }
     }
 
