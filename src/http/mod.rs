@@ -68,7 +68,10 @@ fn router(shared: Arc<Shared>) -> Router {
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
-    let not_ready = shared.health.not_ready();
+    let mut not_ready = shared.health.not_ready();
+    if let Some(why) = shared.store.unwritable() {
+        not_ready.insert("store".into(), why);
+    }
     if not_ready.is_empty() {
         (
             StatusCode::OK,

@@ -28,6 +28,9 @@ const ROTATE_EVERY: Duration = Duration::from_secs(2);
 /// Where a commit's outcome goes.
 type Reply = oneshot::Sender<Result<Applied, StoreError>>;
 
+/// Why commits are refused once sled has failed a write (a full disk, say).
+pub(super) const READ_ONLY: &str = "the store failed a write (is the disk full?) and takes no more until the gateway restarts; what it accepted is kept in its journal";
+
 /// Where the outcome of a flush or checkpoint goes.
 type Done = oneshot::Sender<Result<(), StoreError>>;
 
@@ -56,6 +59,13 @@ impl Group {
     /// Check `batch`'s preconditions against sled and the commits before it in the group;
     /// if they hold, encode it into `bytes`.
     fn add(&mut self, shared: &Shared, batch: Batch, reply: Reply, bytes: &mut Vec<u8>) {
+        // After sled failed a write, its dedup marks lag the journal: a retried message
+        // would be journalled (and run) once per retry. Refused before the journal.
+        if shared.sled_failed.load(Ordering::Relaxed) {
+            self.refused
+                .push((Err(StoreError::Backend(READ_ONLY.into())), reply));
+            return;
+        }
         match shared.all_absent(&batch.absent, &self.overlay) {
             Ok(true) if !batch.ops.is_empty() => {
                 for op in &batch.ops {

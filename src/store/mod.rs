@@ -151,6 +151,10 @@ pub trait Store: Send + Sync + 'static {
     }
     /// Number of entries in a tree.
     fn len(&self, tree: Tree) -> usize;
+    /// Why the store takes no more writes, if it does not (`/readyz` names it).
+    fn unwritable(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Helpers over any store.

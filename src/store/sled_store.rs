@@ -244,6 +244,13 @@ impl Shared {
 
 #[async_trait]
 impl Store for SledStore {
+    fn unwritable(&self) -> Option<String> {
+        self.shared
+            .sled_failed
+            .load(Ordering::Relaxed)
+            .then(|| super::group_commit::READ_ONLY.to_string())
+    }
+
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self
             .tree(tree)
@@ -564,6 +571,17 @@ mod tests {
             let err = s.commit(b).await.unwrap_err();
             assert!(err.to_string().contains("No space left"), "{err}");
             assert_eq!(meta(&s, "refused"), None);
+            // From now on commits are refused before the journal: sled's dedup marks lag
+            // it, and a retried message must not be journalled (and run) once per retry.
+            assert!(s.unwritable().is_some());
+            let journalled = journal_bytes(dir.path());
+            for _ in 0..3 {
+                let mut retry = Batch::default();
+                retry.put(Tree::Inbox, 8u64.to_be_bytes(), "retried message");
+                let err = s.commit(retry).await.unwrap_err();
+                assert!(err.to_string().contains("takes no more"), "{err}");
+            }
+            assert_eq!(journal_bytes(dir.path()), journalled);
             // Neither a checkpoint nor the store's end may delete what only the journal has.
             let err = s.checkpoint().await.unwrap_err();
             assert!(err.to_string().contains("journal is kept"), "{err}");
@@ -580,6 +598,8 @@ mod tests {
             s.get(Tree::Inbox, &7u64.to_be_bytes()).unwrap().as_deref(),
             Some(&b"message"[..])
         );
+        assert_eq!(s.get(Tree::Inbox, &8u64.to_be_bytes()).unwrap(), None);
+        assert!(s.unwritable().is_none());
         // Applied and checked in: the journal goes as usual again.
         assert_eq!(journal_bytes(dir.path()), 0);
     }
