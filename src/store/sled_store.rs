@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -39,6 +39,10 @@ pub struct SledStore {
     /// Work for the writer thread; `None` once the store is dropped.
     writer: Option<mpsc::Sender<Work>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// Above every inbox and outbox sequence found at open: sled persists its id counter
+    /// only when it flushes, so after a crash before a brand-new store's first flush it
+    /// would start over below the entries the journal restored.
+    id_floor: AtomicU64,
 }
 
 /// sled's page cache. sled's default is 1 GB; the gateway's hot data (the sessions of the
@@ -97,6 +101,13 @@ impl SledStore {
         let journal_dir = dir.join("journal");
         std::fs::create_dir_all(&journal_dir).map_err(backend)?;
         let active = recover(&db, &trees, &journal_dir)?;
+        let mut id_floor = 0;
+        for t in [Tree::Inbox, Tree::Outbox] {
+            if let Some((k, _)) = tree_of(&trees, t).last().map_err(backend)? {
+                let seq = <[u8; 8]>::try_from(k.as_ref()).map_or(0, u64::from_be_bytes);
+                id_floor = id_floor.max(seq.saturating_add(1));
+            }
+        }
         let shared = Arc::new(Shared {
             trees,
             pending: Mutex::new(Vec::new()),
@@ -127,6 +138,7 @@ impl SledStore {
             journal_dir,
             writer: Some(tx),
             threads: vec![writer, checkpointer],
+            id_floor: AtomicU64::new(id_floor),
         })
     }
 
@@ -286,7 +298,10 @@ impl Store for SledStore {
     }
 
     fn next_id(&self) -> Result<u64, StoreError> {
-        self.db.generate_id().map_err(backend)
+        // Both counters grow by one per call, so their maximum does too: unique, and above
+        // every sequence already stored.
+        let id = self.db.generate_id().map_err(backend)?;
+        Ok(id.max(self.id_floor.fetch_add(1, Ordering::Relaxed)))
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
@@ -602,6 +617,30 @@ mod tests {
         assert!(s.unwritable().is_none());
         // Applied and checked in: the journal goes as usual again.
         assert_eq!(journal_bytes(dir.path()), 0);
+    }
+
+    #[tokio::test]
+    async fn ids_stay_above_what_the_journal_restored_after_an_early_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let crashed = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let mut b = Batch::default();
+        let mut seqs = Vec::new();
+        for i in 0..3 {
+            let seq = s.next_id().unwrap();
+            b.put(Tree::Inbox, seq.to_be_bytes(), format!("message {i}"));
+            seqs.push(seq);
+        }
+        s.commit(b).await.unwrap();
+        // Killed before sled's first flush: only the journal has the entries.
+        copy_dir(dir.path(), crashed.path());
+        let s = SledStore::open(crashed.path()).unwrap();
+        assert_eq!(s.len(Tree::Inbox), 3);
+        let next = s.next_id().unwrap();
+        assert!(
+            seqs.iter().all(|seq| next > *seq),
+            "{next} would overwrite one of {seqs:?}"
+        );
     }
 
     #[tokio::test]
