@@ -32,6 +32,39 @@ fn inbound(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
 }
 
 #[tokio::test]
+async fn a_publish_its_caller_gave_up_on_still_runs() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let ch = Arc::new(TestChannel::default());
+    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let key = ChatKey::new("test", "impatient");
+    // Dropped at its first wait, the durable write: an HTTP client that went away.
+    let gave_up = tokio::time::timeout(
+        Duration::ZERO,
+        running
+            .inbound()
+            .publish(inbound("gone-1", &key, "are you there?")),
+    )
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "the publish finished at once: {gave_up:?}"
+    );
+    let sent = ch.wait_for(1, WAIT).await;
+    assert_eq!(sent[0].key, key);
+    // Its redelivery is a duplicate, and nothing runs twice.
+    let again = running
+        .inbound()
+        .publish(inbound("gone-1", &key, "are you there?"))
+        .await
+        .unwrap();
+    assert_eq!(again, Published::Duplicate);
+    assert_eq!(llm.request_count(), 1);
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
 async fn per_key_order_with_cross_key_parallelism() {
     let llm = FakeLlm::start().await;
     llm.set_delay(Duration::from_millis(200));

@@ -218,6 +218,20 @@ impl Bus {
         self: &Arc<Self>,
         msgs: Vec<InboundMessage>,
     ) -> Result<Vec<Published>, BusError> {
+        // In a task of its own: a caller that gives up midway (an HTTP client gone, a
+        // platform's timeout) must not leave a message stored and marked seen but never
+        // queued, which its redelivery, a duplicate now, could not fix.
+        let bus = self.clone();
+        self.tracker
+            .spawn(async move { bus.publish_now(msgs).await })
+            .await
+            .map_err(|_| BusError::ShuttingDown)?
+    }
+
+    async fn publish_now(
+        self: &Arc<Self>,
+        msgs: Vec<InboundMessage>,
+    ) -> Result<Vec<Published>, BusError> {
         if self.shutdown.is_cancelled() {
             return Err(BusError::ShuttingDown);
         }
@@ -275,7 +289,8 @@ impl Bus {
                 return Ok(());
             }
             for (i, _, msg) in accepted {
-                results[i] = Box::pin(self.publish(msg)).await?;
+                let mut one: Vec<Published> = Box::pin(self.publish_now(vec![msg])).await?;
+                results[i] = one.pop().unwrap_or(Published::Duplicate);
             }
             return Ok(());
         }
