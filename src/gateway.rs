@@ -385,6 +385,10 @@ pub async fn start(
             reg.insert(ch.name().to_string(), ch.clone());
         }
     }
+    if opts.background {
+        // Nothing new runs before the last run's unfinished messages are queued (below).
+        bus.hold_intake_until_replayed();
+    }
     if opts.channels {
         crate::channels::start_all(&shared, &channels, &shutdown, &tracker);
     }

@@ -107,6 +107,9 @@ pub struct Bus {
     tracker: TaskTracker,
     /// Notified when the last chat with work leaves the slot table.
     idle: tokio::sync::Notify,
+    /// Whether new messages are taken: not while the start-up [`Bus::replay`] has yet to
+    /// queue the last run's unfinished ones, which must run first (and only once).
+    intake: tokio::sync::watch::Sender<bool>,
 }
 
 fn now_secs() -> u64 {
@@ -166,7 +169,14 @@ impl Bus {
             shutdown,
             tracker,
             idle: tokio::sync::Notify::new(),
+            intake: tokio::sync::watch::Sender::new(true),
         })
+    }
+
+    /// Hold new messages until [`Bus::replay`] has queued the last run's (call before the
+    /// channels, the HTTP API and the scheduler start).
+    pub fn hold_intake_until_replayed(&self) {
+        self.intake.send_replace(false);
     }
 
     /// Set the turn handler (before messages flow).
@@ -234,6 +244,13 @@ impl Bus {
     ) -> Result<Vec<Published>, BusError> {
         if self.shutdown.is_cancelled() {
             return Err(BusError::ShuttingDown);
+        }
+        if !*self.intake.borrow() {
+            let mut open = self.intake.subscribe();
+            tokio::select! {
+                r = open.wait_for(|open| *open) => { r.map_err(|_| BusError::ShuttingDown)?; }
+                _ = self.shutdown.cancelled() => return Err(BusError::ShuttingDown),
+            }
         }
         let mut results = vec![Published::Duplicate; msgs.len()];
         let mut fresh: Vec<(usize, InboundMessage)> = Vec::with_capacity(msgs.len());
@@ -509,6 +526,7 @@ impl Bus {
                 _permit: permit,
             });
         }
+        self.intake.send_replace(true);
         Ok(n)
     }
 
