@@ -463,6 +463,9 @@ impl Running {
     pub async fn stopped(self) {
         self.shutdown.cancelled().await;
         tracing::info!("shutting down");
+        // Requests waiting for a reply would hold the HTTP server's drain past the deadline.
+        self.shared.api.close_waiters();
+        self.shared.cli.close_waiters();
         self.tracker.close();
         if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait())
             .await

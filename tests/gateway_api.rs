@@ -396,3 +396,38 @@ async fn a_stopped_gateway_lets_go_of_its_store_so_it_can_start_again_in_process
     shutdown.cancel();
     running.stopped().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_at_shutdown_is_told_and_the_stop_is_clean() {
+    let llm = FakeLlm::start().await;
+    llm.set_delay(Duration::from_secs(60));
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let url = base(&running);
+    let waiting = tokio::spawn(async move { ask(&url, "late", "a slow question").await });
+    llm.wait_for_requests(1, WAIT)
+        .await
+        .expect("the turn started");
+    let started = Instant::now();
+    shutdown.cancel();
+    running.stopped().await;
+    // The HTTP server drained at once instead of waiting for a reply that cannot come.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let told = reply_text(&waiting.await.unwrap());
+    assert!(told.contains("The gateway is restarting"), "{told}");
+    // Every task stopped in time: the stop is noted as clean, so the next start resumes
+    // the interrupted message without counting it as a crash.
+    let store = switchboard::store::SledStore::open(&env.data_dir()).unwrap();
+    use switchboard::store::Store;
+    assert!(
+        store
+            .get(switchboard::store::Tree::Meta, b"clean_stop")
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(store.len(switchboard::store::Tree::Inbox), 1);
+}

@@ -120,6 +120,24 @@ impl ApiChannel {
     }
 }
 
+impl ApiChannel {
+    /// At shutdown: tell every request still waiting, so the HTTP server can drain. Its turn
+    /// is interrupted; the message stays in the conversation and runs after the restart,
+    /// but its answer can no longer come back over this request.
+    pub fn close_waiters(&self) {
+        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|p| p.into_inner()));
+        for (id, w) in waiters {
+            let mut reply = OutboundMessage::new(
+                w.key,
+                "⚠️ The gateway is restarting. Your message is kept and answered once it is back, but not over this request: ask again in a moment to see the answer.",
+            );
+            reply.kind = OutboundKind::Error;
+            reply.in_reply_to_inbound = Some(id);
+            let _ = w.reply.send(reply);
+        }
+    }
+}
+
 impl StreamRegistry for ApiChannel {
     fn sink_for(&self, inbound_id: &str) -> Option<DeltaSink> {
         let tx = self
