@@ -48,11 +48,13 @@ pub struct Health {
 }
 
 impl Health {
+    /// `detail` is served over HTTP: secrets are blotted out of it, whatever error it came from.
     pub fn set(&self, channel: &str, connected: bool, detail: &str) {
+        let detail = switchboard_channel::redact(detail).into_owned();
         self.channels
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(channel.to_string(), (connected, detail.to_string()));
+            .insert(channel.to_string(), (connected, detail));
     }
 
     /// Channels that are not connected, with why.
@@ -393,6 +395,9 @@ pub async fn start(
         crate::channels::start_all(&shared, &channels, &shutdown, &tracker);
     }
     let (http_addr, admin_addr) = if opts.http {
+        // The API reads its token per request; the redactor knows it from the start.
+        let api_token = crate::config::secret("SWITCHBOARD_API_TOKEN");
+        switchboard_channel::redact::register(api_token.as_deref().unwrap_or_default());
         let http_addr = match config.gateway.http_addr() {
             Some(addr) => {
                 Some(crate::http::serve(shared.clone(), addr, shutdown.clone(), &tracker).await?)

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactedStderr)
         .with_ansi(ansi);
     match cli.log_format {
         LogFormat::Json => builder.json().init(),
@@ -35,4 +35,21 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(cli::main(cli))
+}
+
+/// Standard error with every registered secret blotted out: the last guard for log lines
+/// whose text comes from client crates (a URL, an answer quoted in an error). The
+/// formatter hands over one whole event per `write`.
+struct RedactedStderr;
+
+impl std::io::Write for RedactedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(switchboard_channel::redact(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }

@@ -198,6 +198,9 @@ pub async fn run(
                     }
                 }
             };
+            // A command's output or a file may hold a secret (the admin token, a key in a
+            // note): the model never sees it, so it can neither repeat nor stream it.
+            let content = switchboard_channel::redact(&content).into_owned();
             let mut result = ChatMessage::new(Role::Tool, content);
             result.tool_call_id = Some(call.id.clone());
             state.produced.push(result);

@@ -35,8 +35,15 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The admin token, created when missing; the file is kept at mode 0600 (readable by the
-/// gateway's user only) even if it was found otherwise.
+/// gateway's user only) even if it was found otherwise. Registered as a secret: a command
+/// the agent runs can read the file, but what it reads never reaches a log or a reply.
 pub fn token(data_dir: &Path) -> std::io::Result<String> {
+    let t = read_or_create_token(data_dir)?;
+    switchboard_channel::redact::register(&t);
+    Ok(t)
+}
+
+fn read_or_create_token(data_dir: &Path) -> std::io::Result<String> {
     let path = data_dir.join(TOKEN_FILE);
     if let Ok(t) = std::fs::read_to_string(&path) {
         if !t.trim().is_empty() {

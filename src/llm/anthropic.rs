@@ -35,6 +35,8 @@ impl Anthropic {
     ) -> Result<Self, LlmError> {
         let http = super::openai::client(timeout)?;
         let url = endpoint(base_url, "messages");
+        // Error bodies are scrubbed of it from now on (see `openai::classify`).
+        switchboard_channel::redact::register(api_key.as_deref().unwrap_or_default());
         Ok(Self { http, url, api_key })
     }
 
@@ -250,7 +252,7 @@ impl LlmProvider for Anthropic {
         if let Some(key) = &self.api_key {
             rb = rb.header("x-api-key", key);
         }
-        let resp = send_checked(rb, self.api_key.as_deref()).await?;
+        let resp = send_checked(rb).await?;
         let on_delta = on_delta.unwrap_or_else(|| Arc::new(|_: &str| {}));
         let mut asm = Assembly::default();
         let mut parser = sse::Parser::default();

@@ -24,6 +24,8 @@ impl OpenAi {
         api_key: Option<String>,
         timeout: Duration,
     ) -> Result<Self, LlmError> {
+        // Error bodies are scrubbed of it from now on (see `classify`).
+        switchboard_channel::redact::register(api_key.as_deref().unwrap_or_default());
         Ok(Self {
             http: client(timeout)?,
             base_url: base_url.trim_end_matches('/').to_string(),
@@ -172,8 +174,11 @@ pub(crate) fn client(timeout: Duration) -> Result<reqwest::Client, LlmError> {
         })
 }
 
-/// Map an HTTP error status and body to an [`LlmError`].
+/// Map an HTTP error status and body (or a streamed error event) to an [`LlmError`]. The
+/// body is kept for the logs with the API key blotted out: providers quote the key they
+/// refused ("Incorrect API key provided: sk-…"), also in an error event mid-stream.
 pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> LlmError {
+    let body = switchboard_channel::redact(body);
     let lower = body.to_lowercase();
     if lower.contains("context_length_exceeded")
         || lower.contains("maximum context length")
@@ -211,12 +216,9 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
     )
 }
 
-/// Send a provider request; a non-2xx answer becomes the matching [`LlmError`]. The answer's
-/// body is kept for the logs with `api_key` blotted out: providers quote the key they refused
-/// ("Incorrect API key provided: sk-…").
+/// Send a provider request; a non-2xx answer becomes the matching [`LlmError`].
 pub(crate) async fn send_checked(
     rb: reqwest::RequestBuilder,
-    api_key: Option<&str>,
 ) -> Result<reqwest::Response, LlmError> {
     let resp = rb.send().await.map_err(transport)?;
     if resp.status().is_success() {
@@ -224,10 +226,7 @@ pub(crate) async fn send_checked(
     }
     let status = resp.status().as_u16();
     let ra = retry_after(resp.headers());
-    let mut body = resp.text().await.unwrap_or_default();
-    if let Some(key) = api_key.filter(|k| !k.is_empty()) {
-        body = body.replace(key, "[redacted]");
-    }
+    let body = resp.text().await.unwrap_or_default();
     Err(classify(status, ra, &body))
 }
 
@@ -258,7 +257,7 @@ impl LlmProvider for OpenAi {
         if let Some(key) = &self.api_key {
             rb = rb.bearer_auth(key);
         }
-        let resp = send_checked(rb, self.api_key.as_deref()).await?;
+        let resp = send_checked(rb).await?;
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
         let mut out = LlmResponse::default();
         let mut calls: Vec<PartialCall> = Vec::new();

@@ -128,8 +128,11 @@ impl InboundSender {
         self.0.publish_many(msgs).await
     }
 
+    /// Report the connection state; `detail` is served by `/readyz`, so secrets are
+    /// blotted out of it here, whatever error text an adapter built it from.
     pub fn set_connected(&self, channel: &str, connected: bool, detail: &str) {
-        self.0.set_connected(channel, connected, detail)
+        self.0
+            .set_connected(channel, connected, &crate::redact(detail))
     }
 }
 

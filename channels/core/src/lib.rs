@@ -8,6 +8,8 @@
 //!   message limit, written once for all adapters.
 //! - [`bounded`]: [`Bounded`], the capped map adapters remember things in between intake
 //!   and replies.
+//! - [`redact`](mod@redact): the process-wide list of secrets, and [`redact()`] to keep
+//!   them out of logs, health reasons, errors and replies.
 //!
 //! Adapters depend on this crate only; they never see the bus, the agent or the store.
 
@@ -16,6 +18,7 @@ pub mod channel;
 pub mod format;
 pub mod key;
 pub mod message;
+pub mod redact;
 
 pub use bounded::Bounded;
 pub use channel::{
@@ -27,6 +30,7 @@ pub use message::{
     Attachment, AttachmentKind, InboundMessage, Origin, OutboundKind, OutboundMessage, Sender,
     SystemOrigin, command_name,
 };
+pub use redact::redact;
 
 /// Longest inbound text accepted; longer texts are cut here with a note (DESIGN §11).
 pub const MAX_INBOUND_CHARS: usize = 32_000;

@@ -19,7 +19,7 @@ use serenity::cache::Settings as CacheSettings;
 use serenity::gateway::ConnectionStage;
 use serenity::model::event::Event;
 use serenity::model::id::{RoleId, UserId};
-use switchboard_channel::{ChannelError, InboundSender};
+use switchboard_channel::{ChannelError, InboundSender, redact};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -176,6 +176,8 @@ pub(crate) async fn run(
                 return Err(ChannelError::Unauthorized(why));
             }
             Outcome::Restart { reason, was_ready } => {
+                // Logged and served by `/readyz`; serenity's errors quote what servers said.
+                let reason = redact(&reason);
                 if was_ready {
                     backoff = BACKOFF_MIN;
                 }

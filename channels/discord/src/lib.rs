@@ -100,6 +100,8 @@ impl DiscordChannel {
                 cfg.api_url
             )));
         }
+        // Every error text is scrubbed of it from now on (see `rest` and `gateway`).
+        switchboard_channel::redact::register(&cfg.token);
         let rest = rest::Rest::new(&cfg.token, &cfg.api_url)?;
         Ok(Self {
             cfg,

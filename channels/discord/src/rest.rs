@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use switchboard_channel::ChannelError;
+use switchboard_channel::{ChannelError, redact};
 
 /// Why a REST call failed.
 #[derive(Debug, thiserror::Error)]
@@ -89,20 +89,16 @@ impl Rest {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| RestError::Network(e.without_url().to_string()))?;
+        let network =
+            |e: reqwest::Error| RestError::Network(redact(&e.without_url().to_string()).into());
+        let resp = req.send().await.map_err(network)?;
         let status = resp.status();
         let retry_header = resp
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok());
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| RestError::Network(e.without_url().to_string()))?;
+        let bytes = resp.bytes().await.map_err(network)?;
         let json: Option<Value> = serde_json::from_slice(&bytes).ok();
         if status.is_success() {
             return Ok(json);
@@ -114,13 +110,15 @@ impl Rest {
                 let secs = body_secs.or(retry_header).unwrap_or(1.0);
                 RestError::RateLimited(Duration::from_secs_f64(secs.clamp(0.0, 3600.0)))
             }
+            // The server's own words: a proxy may well quote the request's headers.
             code => RestError::Status {
                 status: code,
-                message: json
-                    .as_ref()
-                    .and_then(|j| j["message"].as_str())
-                    .unwrap_or("(no message)")
-                    .to_string(),
+                message: redact(
+                    json.as_ref()
+                        .and_then(|j| j["message"].as_str())
+                        .unwrap_or("(no message)"),
+                )
+                .into(),
             },
         })
     }

@@ -216,6 +216,11 @@ impl SlackChannel {
         if cfg.bot_token.trim().is_empty() {
             return Err(ChannelError::Unauthorized("slack: empty bot token".into()));
         }
+        // Every error text is scrubbed of them from now on (see `web::short`).
+        switchboard_channel::redact::register(&cfg.bot_token);
+        for s in [&cfg.app_token, &cfg.signing_secret].into_iter().flatten() {
+            switchboard_channel::redact::register(s);
+        }
         let web = WebApi::new(&cfg.api_url, &cfg.bot_token)?;
         Ok(Self {
             shared: Arc::new(Shared {

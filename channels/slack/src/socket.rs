@@ -25,7 +25,7 @@ use switchboard_channel::ChannelError;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::web::Connector;
+use crate::web::{Connector, short};
 use crate::{IntakeError, Shared};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -93,10 +93,6 @@ fn socket_lost(err: &BoxError) -> bool {
         }
         _ => false,
     }
-}
-
-fn short(s: &str) -> String {
-    s.chars().take(300).collect()
 }
 
 /// Run Socket Mode until `shutdown`.

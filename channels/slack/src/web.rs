@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use slack_morphism::errors::SlackClientError;
 use slack_morphism::hyper_tokio::{SlackClientHyperConnector, SlackClientHyperHttpsConnector};
 use slack_morphism::{SlackApiToken, SlackApiTokenValue, SlackClient};
-use switchboard_channel::{ChannelError, SendError};
+use switchboard_channel::{ChannelError, SendError, redact};
 
 /// The connector type used for both the Web API and Socket Mode.
 pub(crate) type Connector = SlackClientHyperHttpsConnector;
@@ -59,7 +59,7 @@ impl WebError {
     fn from_client(e: SlackClientError) -> Self {
         match e {
             SlackClientError::RateLimitError(r) => WebError::RateLimited(r.retry_after),
-            SlackClientError::ApiError(a) => WebError::Api(a.code),
+            SlackClientError::ApiError(a) => WebError::Api(short(&a.code)),
             SlackClientError::HttpError(h) => WebError::Http(h.status_code.as_u16()),
             other => WebError::Network(short(&other.to_string())),
         }
@@ -86,9 +86,10 @@ impl WebError {
     }
 }
 
-/// Keep error text short (slack-morphism errors carry whole response bodies).
-fn short(s: &str) -> String {
-    s.chars().take(300).collect()
+/// Keep error text short (slack-morphism errors carry whole response bodies), and free of
+/// secrets: a body may quote the request's `Authorization` header.
+pub(crate) fn short(s: &str) -> String {
+    redact(s).chars().take(300).collect()
 }
 
 #[derive(Serialize)]

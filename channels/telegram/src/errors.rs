@@ -5,13 +5,11 @@ use std::time::Duration;
 use switchboard_channel::SendError;
 use teloxide::{ApiError, RequestError};
 
-/// Remove the bot token from an error text: teloxide's network errors carry the request URL,
-/// which contains `/bot<token>/`.
-pub(crate) fn scrub(text: &str, token: &str) -> String {
-    if token.is_empty() {
-        return text.to_string();
-    }
-    text.replace(token, "<token>")
+/// An error text without the bot token (registered by `TelegramChannel::new`): teloxide's
+/// network errors carry the request URL, `/bot<token>/…`, which teloxide hides only for
+/// tokens of the usual shape, and an unreadable answer is quoted whole.
+pub(crate) fn scrub(text: &str) -> String {
+    switchboard_channel::redact(text).into_owned()
 }
 
 /// How a failed request should be treated.
@@ -31,9 +29,9 @@ pub(crate) enum Failure {
     Permanent(String),
 }
 
-/// Classify a teloxide error; `token` is scrubbed from every text.
-pub(crate) fn classify(err: &RequestError, token: &str) -> Failure {
-    let text = scrub(&err.to_string(), token);
+/// Classify a teloxide error; the token is scrubbed from every text.
+pub(crate) fn classify(err: &RequestError) -> Failure {
+    let text = scrub(&err.to_string());
     match err {
         RequestError::RetryAfter(s) => Failure::RetryAfter(s.duration()),
         RequestError::Network(_) | RequestError::InvalidJson { .. } | RequestError::Io(_) => {
@@ -50,16 +48,16 @@ pub(crate) fn classify(err: &RequestError, token: &str) -> Failure {
             if d.contains("webhook is active") {
                 Failure::WebhookActive
             } else if d.starts_with("Conflict") {
-                Failure::Conflict(scrub(d, token))
+                Failure::Conflict(scrub(d))
             } else if ["Bad Request", "Forbidden", "Unauthorized", "Not Found"]
                 .iter()
                 .any(|p| d.starts_with(p))
             {
-                Failure::Permanent(scrub(d, token))
+                Failure::Permanent(scrub(d))
             } else {
                 // "Internal Server Error", "Bad Gateway", "Too Many Requests" without
                 // parameters, anything a proxy invents: worth another try.
-                Failure::Transient(scrub(d, token))
+                Failure::Transient(scrub(d))
             }
         }
         RequestError::Api(_) => Failure::Permanent(text),
@@ -116,42 +114,39 @@ mod tests {
 
     #[test]
     fn scrub_removes_the_token_everywhere() {
-        let t = "123:ABC";
-        let s = scrub(
-            "error sending request for url (http://x/bot123:ABC/GetUpdates) 123:ABC",
-            t,
-        );
+        let t = "123:scrub-unit-test-token";
+        switchboard_channel::redact::register(t);
+        let s = scrub(&format!(
+            "error sending request for url (http://x/bot{t}/GetUpdates) {t}"
+        ));
         assert!(!s.contains(t));
-        assert!(s.contains("/bot<token>/GetUpdates"));
+        assert!(s.contains("/bot[redacted]/GetUpdates"));
     }
 
     #[test]
     fn classifies_api_errors() {
-        let t = "tok";
         assert_eq!(
-            classify(&RequestError::Api(ApiError::InvalidToken), t),
+            classify(&RequestError::Api(ApiError::InvalidToken)),
             Failure::Unauthorized
         );
         assert!(matches!(
-            classify(&RequestError::Api(ApiError::TerminatedByOtherGetUpdates), t),
+            classify(&RequestError::Api(ApiError::TerminatedByOtherGetUpdates)),
             Failure::Conflict(_)
         ));
         assert!(matches!(
-            classify(
-                &RequestError::Api(ApiError::Unknown("Internal Server Error".into())),
-                t
-            ),
+            classify(&RequestError::Api(ApiError::Unknown(
+                "Internal Server Error".into()
+            ))),
             Failure::Transient(_)
         ));
         assert!(matches!(
-            classify(
-                &RequestError::Api(ApiError::Unknown("Bad Request: nope".into())),
-                t
-            ),
+            classify(&RequestError::Api(ApiError::Unknown(
+                "Bad Request: nope".into()
+            ))),
             Failure::Permanent(_)
         ));
         assert!(matches!(
-            classify(&RequestError::Api(ApiError::BotBlocked), t),
+            classify(&RequestError::Api(ApiError::BotBlocked)),
             Failure::Permanent(_)
         ));
     }

@@ -75,7 +75,7 @@ impl Intake<'_> {
             };
             match res {
                 Ok(me) => break me,
-                Err(e) => match classify(&e, &self.cfg.token) {
+                Err(e) => match classify(&e) {
                     Failure::Unauthorized => {
                         self.down("the bot token was refused");
                         tracing::error!(
@@ -107,10 +107,10 @@ impl Intake<'_> {
             self.bot.set_my_commands(commands)
         );
         if let Err(e) = webhook {
-            tracing::warn!(error = ?classify(&e, &self.cfg.token), "telegram: deleteWebhook failed; polling may conflict with a webhook");
+            tracing::warn!(error = ?classify(&e), "telegram: deleteWebhook failed; polling may conflict with a webhook");
         }
         if let Err(e) = cmds {
-            tracing::warn!(error = ?classify(&e, &self.cfg.token), "telegram: setMyCommands failed");
+            tracing::warn!(error = ?classify(&e), "telegram: setMyCommands failed");
         }
         tracing::info!(bot = %identity.username, "telegram: connected");
         self.inbound.set_connected(CHANNEL, true, "polling");
@@ -119,7 +119,6 @@ impl Intake<'_> {
 
     /// Poll until shutdown; a refused token is the only error that ends it.
     pub(crate) async fn poll(&self, me: &BotIdentity) -> Result<(), ChannelError> {
-        let token = self.cfg.token.as_str();
         let poll_secs = u32::try_from(self.cfg.poll_timeout.as_secs().max(1)).unwrap_or(10);
         let watchdog = Duration::from_secs(u64::from(poll_secs)) + self.cfg.watchdog_margin;
         let mut backoff = self.backoff();
@@ -142,7 +141,7 @@ impl Intake<'_> {
                 Err(_) => {
                     Failure::Transient(format!("getUpdates did not answer within {watchdog:?}"))
                 }
-                Ok(Err(e)) => classify(&e, token),
+                Ok(Err(e)) => classify(&e),
                 Ok(Ok(updates)) => {
                     told = offset;
                     backoff.reset();
@@ -207,7 +206,7 @@ impl Intake<'_> {
                     );
                     self.down("a webhook is set for this bot");
                     if let Err(e) = self.bot.delete_webhook().await {
-                        tracing::warn!(error = ?classify(&e, token), "telegram: deleteWebhook failed");
+                        tracing::warn!(error = ?classify(&e), "telegram: deleteWebhook failed");
                     }
                     backoff.next_delay()
                 }
@@ -252,7 +251,6 @@ impl Intake<'_> {
         for file in &mapped.files {
             match media::download(
                 self.bot,
-                &self.cfg.token,
                 &self.cfg.inbox_dir,
                 self.cfg.max_file_bytes,
                 update.id.0,

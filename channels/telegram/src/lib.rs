@@ -68,6 +68,8 @@ impl TelegramChannel {
             .timeout(timeout)
             .build()
             .map_err(|e| ChannelError::Other(format!("telegram HTTP client: {e}")))?;
+        // Every error text is scrubbed of it from now on (see `errors::scrub`).
+        switchboard_channel::redact::register(&cfg.token);
         let bot = Bot::with_client(cfg.token.clone(), client).set_api_url(url);
         Ok(Self {
             pacer: pacing::Pacer::new(cfg.pacing),
@@ -80,7 +82,6 @@ impl TelegramChannel {
     fn sender(&self) -> send::Sender<'_> {
         send::Sender {
             bot: &self.bot,
-            token: &self.cfg.token,
             pacer: &self.pacer,
             delivered: &self.delivered,
             caps: self.capabilities(),

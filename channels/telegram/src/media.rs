@@ -34,7 +34,6 @@ pub(crate) enum MediaError {
 /// Download `file` into `inbox`; `tag` (the update id) keeps names unique.
 pub(crate) async fn download(
     bot: &Bot,
-    token: &str,
     inbox: &Path,
     max_bytes: u64,
     tag: u32,
@@ -49,7 +48,7 @@ pub(crate) async fn download(
     let meta = bot
         .get_file(FileId(file.file_id.clone()))
         .await
-        .map_err(|e| MediaError::Api(scrub(&e.to_string(), token)))?;
+        .map_err(|e| MediaError::Api(scrub(&e.to_string())))?;
     if u64::from(meta.meta.size) > max_bytes {
         return Err(too_large());
     }
@@ -64,8 +63,8 @@ pub(crate) async fn download(
     let mut written: u64 = 0;
     let result: Result<(), MediaError> = async {
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk
-                .map_err(|e| MediaError::Download(scrub(&e.without_url().to_string(), token)))?;
+            let chunk =
+                chunk.map_err(|e| MediaError::Download(scrub(&e.without_url().to_string())))?;
             written += chunk.len() as u64;
             if written > max_bytes {
                 return Err(too_large());

@@ -209,7 +209,6 @@ impl PostError {
 /// What `send` needs from the adapter.
 pub(crate) struct Sender<'a> {
     pub bot: &'a Bot,
-    pub token: &'a str,
     pub pacer: &'a Pacer,
     pub delivered: &'a DeliveredChunks,
     pub caps: Capabilities,
@@ -324,7 +323,7 @@ impl Sender<'_> {
             if html && matches!(err, RequestError::Api(ApiError::CantParseEntities(_))) {
                 return Err(PostError::Markup);
             }
-            let failure = classify(&err, self.token);
+            let failure = classify(&err);
             let wait = match &failure {
                 Failure::RetryAfter(d) if first && *d > self.max_inline_retry_after => {
                     return Err(PostError::Failed(failure.into_send_error()));
@@ -357,7 +356,7 @@ impl Sender<'_> {
         }
         req.await
             .map(|_| ())
-            .map_err(|e| classify(&e, self.token).into_send_error())
+            .map_err(|e| classify(&e).into_send_error())
     }
 }
 

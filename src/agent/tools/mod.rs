@@ -30,6 +30,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
+use switchboard_channel::redact;
 
 use super::tool::{Tool, ToolContext, ToolError};
 use crate::llm::ToolSpec;
@@ -132,7 +133,8 @@ impl Registry {
         // dropped, which ends the command's process group (see `exec`).
         let timeout = tool.time_limit(&args).map_or(timeout, |t| t.min(timeout));
         match tokio::time::timeout(timeout, tool.call(args, ctx)).await {
-            Ok(r) => r.map(|s| cap(s, MAX_RESULT_CHARS)),
+            // Secrets out before the cut, so none is left half-shown (see `agent::run`).
+            Ok(r) => r.map(|s| cap(redact(&s).into_owned(), MAX_RESULT_CHARS)),
             Err(_) => Err(ToolError::Failed(format!(
                 "{name} timed out after {}s",
                 timeout.as_secs_f64()

@@ -298,6 +298,7 @@ impl WebSearch {
 
     /// A search tool against `endpoint` (a fake in tests).
     pub fn new(api_key: String, endpoint: &str) -> Self {
+        switchboard_channel::redact::register(&api_key);
         Self {
             api_key,
             endpoint: endpoint.to_string(),

@@ -1,0 +1,70 @@
+//! Keeping secrets out of text: whoever holds a secret [`register`]s it, and text built from
+//! something outside our control (an error from a client crate, a server's answer, a tool's
+//! output) passes through [`redact`] before it reaches a log, a health reason, an error or a
+//! reply.
+//!
+//! The list is process-wide on purpose: the log writer, `/readyz` and every adapter must
+//! know every secret, whichever part of the process read it.
+
+use std::borrow::Cow;
+use std::sync::RwLock;
+
+/// What a secret is replaced with.
+pub const REDACTED: &str = "[redacted]";
+
+/// Shorter values are not treated as secrets: no real token is this short, and blotting
+/// out a common word everywhere would garble the logs.
+const MIN_LEN: usize = 8;
+
+static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Remember `secret` (surrounding whitespace ignored) so [`redact`] hides it from now on.
+pub fn register(secret: &str) {
+    let secret = secret.trim();
+    if secret.len() < MIN_LEN {
+        return;
+    }
+    let mut all = SECRETS.write().unwrap_or_else(|p| p.into_inner());
+    if !all.iter().any(|s| s == secret) {
+        all.push(secret.to_string());
+        // Longest first, so a secret that contains another is hidden whole.
+        all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    }
+}
+
+/// `text` with every registered secret replaced by [`REDACTED`]; borrowed when it held none.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    let all = SECRETS.read().unwrap_or_else(|p| p.into_inner());
+    let mut out = Cow::Borrowed(text);
+    for s in all.iter() {
+        if out.contains(s.as_str()) {
+            out = Cow::Owned(out.replace(s.as_str(), REDACTED));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registered_secrets_are_hidden_wherever_they_appear() {
+        register("  123456:redact-unit-test-token\n");
+        register("short");
+        let text =
+            "GET /bot123456:redact-unit-test-token/GetMe (123456:redact-unit-test-token) short";
+        assert_eq!(redact(text), "GET /bot[redacted]/GetMe ([redacted]) short");
+        assert!(matches!(redact("nothing secret here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_secret_containing_another_is_hidden_whole() {
+        register("inner-secret-value");
+        register("Bot inner-secret-value-and-more");
+        assert_eq!(
+            redact("auth: Bot inner-secret-value-and-more; inner-secret-value"),
+            "auth: [redacted]; [redacted]"
+        );
+    }
+}
