@@ -369,11 +369,13 @@ impl Default for CronConfig {
 }
 
 /// Read a secret from the environment variable a `*_env` key names; empty counts as unset.
+/// Surrounding whitespace is not part of it (a line end from an env file: `\r`, `\n`).
 pub fn secret(env_name: &str) -> Option<String> {
     if env_name.is_empty() {
         return None;
     }
     std::env::var(env_name)
         .ok()
-        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }

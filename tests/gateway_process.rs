@@ -311,7 +311,8 @@ async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
         .arg("--config")
         .arg(&config)
         .arg("doctor")
-        .env("SB_DOCTOR_KEY", "sk-ant-doctor")
+        // A line end from an env file is not part of the key.
+        .env("SB_DOCTOR_KEY", "sk-ant-doctor\r\n")
         .env("SB_DOCTOR_SLACK_BOT", "xoxb-doctor")
         .env("SB_DOCTOR_UNSET_SIGNING", "signing-doctor")
         .output()
@@ -324,6 +325,16 @@ async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
         "{stdout}"
     );
     assert!(!stdout.contains("signing-doctor"), "{stdout}");
+    assert!(stdout.contains("ok   llm:"), "{stdout}");
+    assert_eq!(
+        llm.requests()
+            .pop()
+            .unwrap()
+            .headers
+            .get("x-api-key")
+            .map(String::as_str),
+        Some("sk-ant-doctor")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
