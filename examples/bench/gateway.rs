@@ -101,8 +101,9 @@ pub(crate) async fn start_gateway_in(
     std::fs::write(dir.path().join("config.toml"), config).unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
+    let bin = binary();
     let started = Instant::now();
-    let mut cmd = Command::new(binary());
+    let mut cmd = Command::new(bin);
     cmd.arg("--config")
         .arg(dir.path().join("config.toml"))
         .arg("run")

@@ -26,6 +26,8 @@ pub(crate) const NO_CHANNELS: &str = "[channels.telegram]\nenabled = false\n[cha
 
 #[tokio::main]
 async fn main() {
+    // Build (or check) the gateway before anything is timed.
+    gateway::binary();
     let llm = FakeLlm::start().await;
     llm.set_recording(false);
     if std::env::var("BENCH_ONLY").as_deref() == Ok("scheduler") {
