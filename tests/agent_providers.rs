@@ -396,3 +396,24 @@ async fn an_idle_connection_is_reused_for_a_while_then_closed() {
         "a connection idle past POOL_IDLE is not"
     );
 }
+
+#[tokio::test]
+async fn an_unreachable_provider_says_why() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let p = OpenAi::new(
+        &format!("http://127.0.0.1:{port}/v1"),
+        None,
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let e = p.complete(&request("m"), None).await.unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    // Not only reqwest's "error sending request": the cause an operator can act on.
+    assert!(e.to_string().contains("Connection refused"), "{e}");
+    assert!(!e.to_string().contains(&port.to_string()), "no URL: {e}");
+}

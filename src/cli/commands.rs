@@ -214,7 +214,11 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
         Err(e) => report(
             false,
             "llm",
-            format!("{} unreachable: {}", c.llm.base_url, e.without_url()),
+            format!(
+                "{} unreachable: {}",
+                c.llm.base_url,
+                crate::llm::openai::with_causes(e)
+            ),
         ),
     }
     if c.llm.api_key_env.trim().is_empty() {

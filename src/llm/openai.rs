@@ -231,8 +231,25 @@ pub(crate) async fn send_checked(
 }
 
 pub(crate) fn transport(e: reqwest::Error) -> LlmError {
-    // Never include the URL: it may carry credentials for some proxies.
-    LlmError::Unavailable(e.without_url().to_string())
+    LlmError::Unavailable(with_causes(e))
+}
+
+/// A transport error with what caused it ("error sending request: client error (Connect):
+/// tcp connect error: Connection refused"): reqwest's own text names no cause. Never the
+/// URL: it may carry credentials for some proxies.
+pub(crate) fn with_causes(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[derive(Default)]
