@@ -355,8 +355,9 @@ impl Bus {
             .get("message_id")
             .and_then(|v| v.as_str())
             .map(String::from);
-        self.outbox
-            .record_and_deliver(vec![reply], Batch::default())
+        // Delivered in the background: the adapter's intake (every other chat's messages)
+        // must not wait for this send and its retries.
+        self.record_then_deliver(vec![reply], Batch::default())
             .await?;
         Ok(Published::Accepted)
     }
