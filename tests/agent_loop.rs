@@ -190,6 +190,34 @@ async fn steering_is_in_the_request_but_never_stored_or_shown() {
 }
 
 #[tokio::test]
+async fn an_unreadable_history_is_left_as_it_is() {
+    let h = Harness::new().await;
+    let key_bytes = key().to_string();
+    h.store
+        .put(
+            switchboard::store::Tree::Sessions,
+            key_bytes.as_bytes(),
+            b"{not json",
+        )
+        .unwrap();
+    let out = turn(&h.agent(), &h.store, msg("t:1", "hello")).await;
+    assert_eq!(out.replies[0].kind, OutboundKind::Error);
+    assert!(
+        out.replies[0].text.contains("/new"),
+        "{}",
+        out.replies[0].text
+    );
+    assert_eq!(h.llm.request_count(), 0);
+    assert_eq!(
+        h.store
+            .get(switchboard::store::Tree::Sessions, key_bytes.as_bytes())
+            .unwrap()
+            .as_deref(),
+        Some(&b"{not json"[..])
+    );
+}
+
+#[tokio::test]
 async fn heartbeat_ok_is_neither_delivered_nor_kept_in_the_history() {
     let h = Harness::new().await;
     h.llm.push(Reply::text("HEARTBEAT_OK"));

@@ -63,10 +63,20 @@ impl Agent {
         if let Some(out) = commands::handle(self, &turn) {
             return Ok(out);
         }
-        let mut session = Session::load(self.store.as_ref(), key).unwrap_or_else(|e| {
-            tracing::error!(%key, "cannot load the session: {e}");
-            Session::default()
-        });
+        // An unreadable history is not replaced by an empty one (which this turn would then
+        // store over it): the turn does not run, and the stored history stays as it is.
+        let mut session = match Session::load(self.store.as_ref(), key) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(%key, "cannot load the session: {e}");
+                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
+                let text = "⚠️ I couldn't read this conversation's history, so I left it untouched (the gateway's log says why). Send /new to start a fresh conversation.";
+                return Ok(TurnOutput {
+                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    writes: Batch::default(),
+                });
+            }
+        };
         let model = last
             .metadata
             .get("model")
