@@ -1,0 +1,308 @@
+//! Tests of the sled store: atomic batches, the journal through crashes, ids, locking.
+
+use super::*;
+
+#[tokio::test]
+async fn batches_are_atomic_and_require_absent_detects_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let s: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let mut b = Batch::default();
+    b.require_absent(Tree::Seen, "m1");
+    b.put(Tree::Seen, "m1", "t");
+    b.put(Tree::Inbox, 1u64.to_be_bytes(), "msg");
+    assert_eq!(s.apply(b.clone()).unwrap(), Applied::Done);
+    assert_eq!(s.apply(b).unwrap(), Applied::Conflict);
+    assert_eq!(s.len(Tree::Inbox), 1);
+    s.flush().await.unwrap();
+    assert_eq!(
+        s.get(Tree::Inbox, &1u64.to_be_bytes()).unwrap().unwrap(),
+        b"msg"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_flushes_share_fsyncs_and_data_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..200u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                s.put(Tree::Meta, &i.to_be_bytes(), b"v").unwrap();
+                s.flush().await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(s.next_id().unwrap() < s.next_id().unwrap());
+    }
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(s.len(Tree::Meta), 200);
+}
+
+#[tokio::test]
+async fn commits_are_durable_at_once_and_a_conflict_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..100u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut b = Batch::default();
+                b.require_absent(Tree::Seen, i.to_be_bytes());
+                b.put(Tree::Seen, i.to_be_bytes(), "t");
+                b.put(Tree::Inbox, i.to_be_bytes(), "msg");
+                s.commit(b).await.unwrap()
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), Applied::Done);
+        }
+        let mut again = Batch::default();
+        again.require_absent(Tree::Seen, 7u64.to_be_bytes());
+        again.put(Tree::Inbox, 1000u64.to_be_bytes(), "not written");
+        assert_eq!(s.commit(again).await.unwrap(), Applied::Conflict);
+        // The process "dies" here: no flush on the way out beyond what commit did.
+        std::mem::forget(s);
+    }
+    // sled's own lock is held by the forgotten handle; read the files through a copy.
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), copy.path());
+    let s = SledStore::open(copy.path()).unwrap();
+    assert_eq!(s.len(Tree::Inbox), 100);
+    assert_eq!(s.get(Tree::Inbox, &1000u64.to_be_bytes()).unwrap(), None);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn meta(s: &SledStore, key: &str) -> Option<Vec<u8>> {
+    s.get(Tree::Meta, key.as_bytes()).unwrap()
+}
+
+async fn commit_meta(s: &SledStore, pairs: &[(&str, &str)]) {
+    let mut b = Batch::default();
+    for (k, v) in pairs {
+        b.put(Tree::Meta, *k, *v);
+    }
+    assert_eq!(s.commit(b).await.unwrap(), Applied::Done);
+}
+
+#[tokio::test]
+async fn the_journal_is_applied_again_in_order_over_what_sled_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        commit_meta(&s, &[("k", "a")]).await;
+        commit_meta(&s, &[("k", "b"), ("j", "c")]).await;
+    } // a clean close: sled has both, the journal is gone
+    let jdir = dir.path().join("journal");
+    assert!(journal::files(&jdir).unwrap().is_empty());
+    // A journal as a crash could leave it: batches sled has, then ones it lost.
+    let put = |k: &str, v: &str| Op::Put(Tree::Meta, k.into(), v.into());
+    let mut bytes = Vec::new();
+    journal::encode(&mut bytes, &[put("k", "a")]);
+    journal::encode(&mut bytes, &[put("k", "b"), put("j", "c")]);
+    journal::encode(
+        &mut bytes,
+        &[put("m", "z"), Op::Delete(Tree::Meta, "j".into())],
+    );
+    std::fs::write(journal::path_of(&jdir, 5), &bytes).unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(meta(&s, "k").as_deref(), Some(&b"b"[..]));
+    assert_eq!(meta(&s, "j"), None);
+    assert_eq!(meta(&s, "m").as_deref(), Some(&b"z"[..]));
+    assert!(
+        journal::files(&jdir).unwrap().len() == 1,
+        "only the new, empty file"
+    );
+    // Later commits survive a crash too.
+    commit_meta(&s, &[("n", "1")]).await;
+    std::mem::forget(s);
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), copy.path());
+    let s = SledStore::open(copy.path()).unwrap();
+    assert_eq!(meta(&s, "n").as_deref(), Some(&b"1"[..]));
+    assert_eq!(meta(&s, "m").as_deref(), Some(&b"z"[..]));
+}
+
+#[tokio::test]
+async fn of_two_commits_requiring_the_same_key_absent_one_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let s: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let attempt = |v: &'static str| {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let mut b = Batch::default();
+            b.require_absent(Tree::Seen, "id");
+            b.put(Tree::Seen, "id", v);
+            s.commit(b).await.unwrap()
+        })
+    };
+    for _ in 0..20 {
+        let (a, b) = (attempt("a"), attempt("b"));
+        let results = [a.await.unwrap(), b.await.unwrap()];
+        assert_eq!(
+            results.iter().filter(|r| **r == Applied::Done).count(),
+            1,
+            "{results:?}"
+        );
+        s.delete(Tree::Seen, b"id").unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_record_cut_short_by_a_crash_is_skipped_and_the_store_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(SledStore::open(dir.path()).unwrap());
+    let jdir = dir.path().join("journal");
+    let mut bytes = Vec::new();
+    journal::encode(
+        &mut bytes,
+        &[Op::Put(Tree::Meta, "whole".into(), "1".into())],
+    );
+    journal::encode(
+        &mut bytes,
+        &[Op::Put(Tree::Meta, "torn".into(), "1".into())],
+    );
+    bytes.truncate(bytes.len() - 2);
+    std::fs::write(journal::path_of(&jdir, 1), &bytes).unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    assert!(meta(&s, "whole").is_some());
+    assert!(meta(&s, "torn").is_none());
+    commit_meta(&s, &[("after", "1")]).await;
+    assert!(meta(&s, "after").is_some());
+}
+
+/// Bytes in the journal files of the store in `dir`.
+fn journal_bytes(dir: &Path) -> u64 {
+    journal::files(&dir.join("journal"))
+        .unwrap()
+        .iter()
+        .map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum()
+}
+
+#[tokio::test]
+async fn a_checkpoint_leaves_no_journal_to_apply_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    commit_meta(&s, &[("a", "1"), ("b", "2")]).await;
+    (&s as &dyn Store).put(Tree::Meta, b"direct", b"3").unwrap();
+    s.flush().await.unwrap();
+    assert!(journal_bytes(dir.path()) > 0);
+    s.checkpoint().await.unwrap();
+    assert_eq!(journal_bytes(dir.path()), 0);
+    assert_eq!(meta(&s, "direct").as_deref(), Some(&b"3"[..]));
+    commit_meta(&s, &[("c", "4")]).await;
+    assert_eq!(meta(&s, "c").as_deref(), Some(&b"4"[..]));
+}
+
+#[tokio::test]
+async fn a_quiet_store_folds_its_journal_into_sled() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    commit_meta(&s, &[("a", "1")]).await;
+    assert!(journal_bytes(dir.path()) > 0);
+    // The writer checks the journal in after ROTATE_EVERY (2 s) without work.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while journal_bytes(dir.path()) > 0 {
+        assert!(std::time::Instant::now() < deadline, "the journal was kept");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(meta(&s, "a").as_deref(), Some(&b"1"[..]));
+}
+
+#[tokio::test]
+async fn a_write_sled_refuses_stays_in_the_journal_for_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        commit_meta(&s, &[("before", "1")]).await;
+        s.shared.refuse_writes.store(true, Ordering::Relaxed);
+        let mut b = Batch::default();
+        b.put(Tree::Meta, "refused", "2");
+        b.put(Tree::Inbox, 7u64.to_be_bytes(), "message");
+        let err = s.commit(b).await.unwrap_err();
+        assert!(err.to_string().contains("No space left"), "{err}");
+        assert_eq!(meta(&s, "refused"), None);
+        // From now on commits are refused before the journal: sled's dedup marks lag
+        // it, and a retried message must not be journalled (and run) once per retry.
+        assert!(s.unwritable().is_some());
+        let journalled = journal_bytes(dir.path());
+        for _ in 0..3 {
+            let mut retry = Batch::default();
+            retry.put(Tree::Inbox, 8u64.to_be_bytes(), "retried message");
+            let err = s.commit(retry).await.unwrap_err();
+            assert!(err.to_string().contains("takes no more"), "{err}");
+        }
+        assert_eq!(journal_bytes(dir.path()), journalled);
+        // Neither a checkpoint nor the store's end may delete what only the journal has.
+        let err = s.checkpoint().await.unwrap_err();
+        assert!(err.to_string().contains("journal is kept"), "{err}");
+        assert!(journal_bytes(dir.path()) > 0);
+    }
+    assert!(
+        journal_bytes(dir.path()) > 0,
+        "closing the store deleted the journal"
+    );
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(meta(&s, "before").as_deref(), Some(&b"1"[..]));
+    assert_eq!(meta(&s, "refused").as_deref(), Some(&b"2"[..]));
+    assert_eq!(
+        s.get(Tree::Inbox, &7u64.to_be_bytes()).unwrap().as_deref(),
+        Some(&b"message"[..])
+    );
+    assert_eq!(s.get(Tree::Inbox, &8u64.to_be_bytes()).unwrap(), None);
+    assert!(s.unwritable().is_none());
+    // Applied and checked in: the journal goes as usual again.
+    assert_eq!(journal_bytes(dir.path()), 0);
+}
+
+#[tokio::test]
+async fn ids_stay_above_what_the_journal_restored_after_an_early_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let crashed = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let mut b = Batch::default();
+    let mut seqs = Vec::new();
+    for i in 0..3 {
+        let seq = s.next_id().unwrap();
+        b.put(Tree::Inbox, seq.to_be_bytes(), format!("message {i}"));
+        seqs.push(seq);
+    }
+    s.commit(b).await.unwrap();
+    // Killed before sled's first flush: only the journal has the entries.
+    copy_dir(dir.path(), crashed.path());
+    let s = SledStore::open(crashed.path()).unwrap();
+    assert_eq!(s.len(Tree::Inbox), 3);
+    let next = s.next_id().unwrap();
+    assert!(
+        seqs.iter().all(|seq| next > *seq),
+        "{next} would overwrite one of {seqs:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_open_reports_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let _a = SledStore::open(dir.path()).unwrap();
+    match SledStore::open(dir.path()) {
+        Err(StoreError::Locked(_)) => {}
+        Err(e) => panic!("expected Locked, got {e}"),
+        Ok(_) => panic!("expected Locked, got a second handle"),
+    }
+}
