@@ -51,6 +51,10 @@ pub struct SledStore {
 /// 10 000 chats with no change in throughput (6 160–6 450 msg/s either way).
 const CACHE_BYTES: u64 = 2 * 1024 * 1024;
 
+/// How long an open waits for a store lock held by this process's last, closing handle;
+/// another process's lock is reported as [`StoreError::Locked`] after it.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the runtime threads and the writer share.
 pub(super) struct Shared {
     pub(super) trees: Vec<sled::Tree>,
@@ -78,21 +82,36 @@ impl SledStore {
     /// `switchboard_store_sync_seconds`).
     pub fn open_with(dir: &Path, syncs: Arc<Histogram>) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(backend)?;
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(dir.join("store"))
             // Durability comes from the journal; sled is flushed at checkpoints.
             .flush_every_ms(None)
-            .cache_capacity(CACHE_BYTES)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                    StoreError::Locked(io.to_string())
+            .cache_capacity(CACHE_BYTES);
+        let locked = |e: &sled::Error| {
+            matches!(e, sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock
+                || io.to_string().contains("lock"))
+        };
+        let waited = std::time::Instant::now();
+        let db = loop {
+            match config.open() {
+                // A store this process closed a moment ago lets go of its file lock once
+                // sled's deferred frees have run (seen in tests reopening a store at once).
+                Err(e) if locked(&e) && waited.elapsed() < LOCK_WAIT => {
+                    sled::pin().flush();
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                sled::Error::Io(io) if io.to_string().contains("lock") => {
-                    StoreError::Locked(io.to_string())
-                }
-                other => StoreError::Backend(other.to_string()),
-            })?;
+                other => break other,
+            }
+        }
+        .map_err(|e| match e {
+            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                StoreError::Locked(io.to_string())
+            }
+            sled::Error::Io(io) if io.to_string().contains("lock") => {
+                StoreError::Locked(io.to_string())
+            }
+            other => StoreError::Backend(other.to_string()),
+        })?;
         let trees = Tree::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
