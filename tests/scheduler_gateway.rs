@@ -99,6 +99,24 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
     );
     assert!(!ok);
     assert!(err.contains("Europe/Berlin"), "{err}");
+    let (ok, _, err) = cli(
+        &env,
+        &[
+            "cron",
+            "add",
+            "--key",
+            "telgram:42",
+            "--every",
+            "1h",
+            "--message",
+            "x",
+        ],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("unknown channel `telgram` in `telgram:42`"),
+        "{err}"
+    );
     let (ok, out, _) = cli(&env, &["cron", "list"]);
     assert!(ok);
     assert!(out.contains("no jobs"), "{out}");
