@@ -187,10 +187,12 @@ pub async fn run(
                     _ = ctx.cancel.cancelled() => None,
                 };
                 match result {
+                    // Secrets are already out of a result (the registry takes them out
+                    // before its cut); an error may quote one too (a platform's answer).
                     Some(Ok(text)) => text,
                     Some(Err(e)) => {
                         tracing::debug!(tool = %call.name, "tool error: {e}");
-                        format!("error: {e}")
+                        switchboard_channel::redact(&format!("error: {e}")).into_owned()
                     }
                     None => {
                         cancelled = true;
@@ -198,9 +200,6 @@ pub async fn run(
                     }
                 }
             };
-            // A command's output or a file may hold a secret (the admin token, a key in a
-            // note): the model never sees it, so it can neither repeat nor stream it.
-            let content = switchboard_channel::redact(&content).into_owned();
             let mut result = ChatMessage::new(Role::Tool, content);
             result.tool_call_id = Some(call.id.clone());
             state.produced.push(result);

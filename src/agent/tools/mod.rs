@@ -133,7 +133,9 @@ impl Registry {
         // dropped, which ends the command's process group (see `exec`).
         let timeout = tool.time_limit(&args).map_or(timeout, |t| t.min(timeout));
         match tokio::time::timeout(timeout, tool.call(args, ctx)).await {
-            // Secrets out before the cut, so none is left half-shown (see `agent::run`).
+            // A command's output or a file may hold a secret (the admin token, a key in a
+            // note): out before the cut, so none is left half-shown, and the model never
+            // sees it to repeat or stream it.
             Ok(r) => r.map(|s| cap(redact(&s).into_owned(), MAX_RESULT_CHARS)),
             Err(_) => Err(ToolError::Failed(format!(
                 "{name} timed out after {}s",
