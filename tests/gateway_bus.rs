@@ -1,21 +1,28 @@
 //! The bus end to end in the gateway, through a recording test channel against the fake
 //! LLM: per-chat order with cross-chat parallelism, joining, dedup, `/stop`, replies owed to
-//! a channel not running, and messages the gateway keeps dying on.
+//! a channel not running, messages the gateway keeps dying on, and (on the bus alone) the
+//! start-up replay against new messages.
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
+
 use common::{Env, TestChannel, with_test_channel};
+use switchboard::bus::{Bus, Interrupted, TurnHandler, TurnInput, TurnOutput};
 use switchboard::store::{SledStore, Store, Tree};
 use switchboard_channel::{ChatKey, InboundMessage, Published, Sender};
 use switchboard_fakes::llm::{FakeLlm, Reply};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn inbound(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
-    let mut m = InboundMessage::text(
+/// A chat member's message.
+fn message(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
+    InboundMessage::text(
         id,
         key.clone(),
         Sender {
@@ -25,7 +32,12 @@ fn inbound(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
             is_owner: false,
         },
         text,
-    );
+    )
+}
+
+/// A chat member's message that is never joined with others into one turn.
+fn inbound(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
+    let mut m = message(id, key, text);
     m.metadata
         .insert("join".into(), serde_json::Value::Bool(false));
     m
@@ -35,8 +47,7 @@ fn inbound(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
 async fn a_publish_its_caller_gave_up_on_still_runs() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
-    let ch = Arc::new(TestChannel::default());
-    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
     let key = ChatKey::new("test", "impatient");
     // Dropped at its first wait, the durable write: an HTTP client that went away.
     let gave_up = tokio::time::timeout(
@@ -69,8 +80,7 @@ async fn per_key_order_with_cross_key_parallelism() {
     let llm = FakeLlm::start().await;
     llm.set_delay(Duration::from_millis(200));
     let env = Env::new(&llm.base_url(), "");
-    let ch = Arc::new(TestChannel::default());
-    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
     let inbound_tx = running.inbound();
     let started = Instant::now();
     for k in 0..50 {
@@ -188,8 +198,7 @@ async fn a_message_the_gateway_keeps_dying_on_is_given_up_and_its_sender_told() 
         }
         store.commit(b).await.unwrap();
     }
-    let ch = Arc::new(TestChannel::default());
-    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
     let mut sent = ch.wait_for(2, WAIT).await;
     sent.sort_by(|a, b| a.key.chat_id.cmp(&b.key.chat_id));
     assert_eq!(sent[0].key.chat_id, "p");
@@ -229,24 +238,11 @@ async fn a_message_the_gateway_keeps_dying_on_is_given_up_and_its_sender_told() 
 async fn waiting_messages_are_joined_into_the_next_turn() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
-    let ch = Arc::new(TestChannel::default());
-    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
     let tx = running.inbound();
     let key = ChatKey::new("test", "j");
     llm.push(Reply::text("first").with_delay(Duration::from_millis(500)));
-    let mk = |id: &str, t: &str| {
-        InboundMessage::text(
-            id,
-            key.clone(),
-            Sender {
-                id: "u".into(),
-                username: None,
-                display_name: "U".into(),
-                is_owner: false,
-            },
-            t,
-        )
-    };
+    let mk = |id: &str, t: &str| message(id, &key, t);
     tx.publish(mk("j1", "one")).await.unwrap();
     llm.wait_for_requests(1, WAIT).await.unwrap();
     tx.publish(mk("j2", "two")).await.unwrap();
@@ -265,8 +261,7 @@ async fn waiting_messages_are_joined_into_the_next_turn() {
 async fn the_same_inbound_id_is_processed_once() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
-    let ch = Arc::new(TestChannel::default());
-    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
     let tx = running.inbound();
     let key = ChatKey::new("test", "d");
     let (a, b) = tokio::join!(
@@ -328,8 +323,7 @@ async fn ids_a_store_of_the_previous_layout_has_seen_stay_duplicates() {
 async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
-    let ch = Arc::new(TestChannel::default());
-    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
     let tx = running.inbound();
     let key = ChatKey::new("test", "s");
     llm.push(Reply::text("far too late").with_delay(Duration::from_secs(300)));
@@ -354,4 +348,70 @@ async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
     assert!(!ch.sent().iter().any(|m| m.text.contains("too late")));
     shutdown.cancel();
     running.stopped().await;
+}
+
+/// Records the texts of each turn, in order.
+#[derive(Default)]
+struct Recorder {
+    texts: Mutex<Vec<String>>,
+    turned: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl TurnHandler for Recorder {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        let mut texts = self.texts.lock().unwrap();
+        texts.extend(turn.messages.iter().map(|m| m.text.clone()));
+        self.turned.notify_one();
+        Ok(TurnOutput::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_messages_wait_for_the_replay_of_unfinished_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    // The last run stored this message and stopped before its turn ended.
+    let key = ChatKey::new("test", "kitchen");
+    let old = inbound("old-1", &key, "left unfinished");
+    store
+        .put(
+            Tree::Inbox,
+            &store.next_id().unwrap().to_be_bytes(),
+            &serde_json::to_vec(&old).unwrap(),
+        )
+        .unwrap();
+    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+    let bus = Bus::new(
+        store.clone(),
+        Default::default(),
+        4,
+        Default::default(),
+        shutdown.clone(),
+        tracker.clone(),
+    );
+    let recorder = Arc::new(Recorder::default());
+    bus.set_handler(recorder.clone());
+    // As the gateway starts: intake held, then channels (a new message), then the replay.
+    bus.hold_intake_until_replayed();
+    let mut new = tokio::spawn({
+        let (bus, key) = (bus.clone(), key.clone());
+        async move { bus.publish(inbound("new-1", &key, "just arrived")).await }
+    });
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut new).await;
+    assert!(early.is_err(), "taken before the replay: {early:?}");
+    assert_eq!(bus.replay().await.unwrap(), 1);
+    assert_eq!(new.await.unwrap().unwrap(), Published::Accepted);
+    while recorder.texts.lock().unwrap().len() < 2 {
+        tokio::time::timeout(Duration::from_secs(10), recorder.turned.notified())
+            .await
+            .expect("the turns ran");
+    }
+    assert_eq!(
+        *recorder.texts.lock().unwrap(),
+        ["left unfinished", "just arrived"]
+    );
+    shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
 }

@@ -244,6 +244,22 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
     );
 }
 
+/// `switchboard doctor` on `config` with `vars` set: whether it passed, and what it printed.
+fn doctor(config: &std::path::Path, vars: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(config)
+        .arg("doctor")
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (
+        out.status.success(),
+        stdout + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
     let llm = FakeLlm::start().await;
@@ -251,34 +267,24 @@ async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
     let config = dir.path().join("config.toml");
     // The Anthropic base is accepted with or without its /v1, as the provider does.
     for base in [llm.url(), format!("{}/v1", llm.url())] {
-        std::fs::write(
-        &config,
-        format!(
+        let text = format!(
             "[gateway]\nhttp_listen = \"\"\n[agent]\nmax_iteratons = 3\n\
-             [llm]\nprovider = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"SB_DOCTOR_KEY\"\n\
+             [llm]\nprovider = \"anthropic\"\nbase_url = \"{base}\"\napi_key_env = \"SB_DOCTOR_KEY\"\n\
              [channels.telegram]\nenabled = false\n\
              [channels.discord]\ntoken_env = \"SB_DOCTOR_UNSET_DISCORD\"\n\
              [channels.slack]\nbot_token_env = \"SB_DOCTOR_SLACK_BOT\"\n\
-             app_token_env = \"SB_DOCTOR_UNSET_APP\"\nsigning_secret_env = \"SB_DOCTOR_UNSET_SIGNING\"\n",
-            base
-        ),
-    )
-    .unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-            .arg("--config")
-            .arg(&config)
-            .arg("doctor")
-            .env("SB_DOCTOR_KEY", "sk-ant-doctor")
-            .env("SB_DOCTOR_SLACK_BOT", "xoxb-doctor")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        // A misspelt key is worth a warning, not a failure.
-        assert!(
-            out.status.success(),
-            "{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
+             app_token_env = \"SB_DOCTOR_UNSET_APP\"\nsigning_secret_env = \"SB_DOCTOR_UNSET_SIGNING\"\n"
         );
+        std::fs::write(&config, text).unwrap();
+        let (ok, stdout) = doctor(
+            &config,
+            &[
+                ("SB_DOCTOR_KEY", "sk-ant-doctor"),
+                ("SB_DOCTOR_SLACK_BOT", "xoxb-doctor"),
+            ],
+        );
+        // A misspelt key is worth a warning, not a failure.
+        assert!(ok, "{stdout}");
         assert!(
             stdout.contains("warn config: unknown config key `agent.max_iteratons`"),
             "{stdout}"
@@ -307,17 +313,15 @@ async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
         );
     }
     // The Events API alone cannot work without the HTTP listener (http_listen = "").
-    let out = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .arg("--config")
-        .arg(&config)
-        .arg("doctor")
-        // A line end from an env file is not part of the key.
-        .env("SB_DOCTOR_KEY", "sk-ant-doctor\r\n")
-        .env("SB_DOCTOR_SLACK_BOT", "xoxb-doctor")
-        .env("SB_DOCTOR_UNSET_SIGNING", "signing-doctor")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (_, stdout) = doctor(
+        &config,
+        &[
+            // A line end from an env file is not part of the key.
+            ("SB_DOCTOR_KEY", "sk-ant-doctor\r\n"),
+            ("SB_DOCTOR_SLACK_BOT", "xoxb-doctor"),
+            ("SB_DOCTOR_UNSET_SIGNING", "signing-doctor"),
+        ],
+    );
     assert!(
         stdout.contains(
             "off  slack: only $SB_DOCTOR_UNSET_SIGNING (Events API) is set, and gateway.http_listen is \"\""

@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use common::Env;
 use common::platform::cli;
-use common::{Env, TestChannel, with_test_channel};
 use switchboard_channel::{ChatKey, InboundMessage, Sender};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
@@ -28,8 +27,7 @@ fn ann() -> Sender {
 async fn a_reminder_set_by_the_model_fires_into_its_chat() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
-    let ch = Arc::new(TestChannel::default());
-    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
     llm.push(Reply::tool_call(
         "cron",
         serde_json::json!({"action": "add", "message": "call mum", "at": "in 2s"}),
@@ -216,8 +214,7 @@ async fn a_heartbeat_is_composed_in_the_context_of_its_chat() {
         "- remind me of my plant chores\n",
     )
     .unwrap();
-    let ch = Arc::new(TestChannel::default());
-    let (running, shutdown) = env.start(with_test_channel(&ch)).await;
+    let (_ch, running, shutdown) = env.start_with_test_channel().await;
     llm.push(Reply::text("Noted: the ficus on Fridays."));
     running
         .inbound()

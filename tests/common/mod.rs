@@ -58,6 +58,13 @@ impl Env {
         (running, shutdown)
     }
 
+    /// Start the gateway in this process with a fresh recording `test` channel.
+    pub async fn start_with_test_channel(&self) -> (Arc<TestChannel>, Running, CancellationToken) {
+        let ch = Arc::new(TestChannel::default());
+        let (running, shutdown) = self.start(with_test_channel(&ch)).await;
+        (ch, running, shutdown)
+    }
+
     /// Start the real binary as a child process with this config; waits until `/healthz`.
     pub fn spawn(&self) -> GatewayProcess {
         let port_file = self.dir.path().join("port");
