@@ -280,7 +280,7 @@ impl Scheduler {
                 let id = format!("cron:{}:now:{}", job.id, now.timestamp_millis());
                 self.publish(&job, id, now)
                     .await
-                    .map_err(|_| ScheduleError::NotRunning)?
+                    .map_err(|_| ScheduleError::Stopping)?
             }
             Delivery::Direct => {
                 let reply = OutboundMessage::new(job.key.clone(), job.message.clone());

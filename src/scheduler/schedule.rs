@@ -73,8 +73,8 @@ pub enum ScheduleError {
     UnknownTimezone { tz: String, hint: String },
     #[error("no job with id {0:?}")]
     NotFound(String),
-    #[error("the gateway is not running: start it with `switchboard run` to run a job now")]
-    NotRunning,
+    #[error("the gateway is stopping: run the job again once it is back")]
+    Stopping,
     #[error("the scheduler is disabled (cron.enabled = false)")]
     Disabled,
     #[error("the scheduler could not store the job: {0}")]
@@ -84,7 +84,7 @@ pub enum ScheduleError {
 impl ScheduleError {
     /// Whether the request was at fault (bad input, unknown id) rather than the gateway.
     pub fn is_user_error(&self) -> bool {
-        !matches!(self, ScheduleError::Store(_) | ScheduleError::NotRunning)
+        !matches!(self, ScheduleError::Store(_) | ScheduleError::Stopping)
     }
 }
 
