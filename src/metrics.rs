@@ -70,6 +70,7 @@ pub struct Metrics {
     pub queue_depth: AtomicU64,
     pub active_workers: AtomicU64,
     pub running_turns: AtomicU64,
+    pub stalled_chats: AtomicU64,
     pub cron_runs: AtomicU64,
     pub cron_failures: AtomicU64,
     pub cron_lateness: Histogram,
@@ -191,6 +192,12 @@ impl Metrics {
                 "gauge",
                 "Chats with work in progress.",
                 load(&self.active_workers),
+            ),
+            (
+                "switchboard_stalled_chats",
+                "gauge",
+                "Chats whose replies wait for their platform (kept after failed sends).",
+                load(&self.stalled_chats),
             ),
             (
                 "switchboard_running_turns",

@@ -406,6 +406,26 @@ async fn retry_after_is_waited_out_and_refused_html_is_resent_as_plain_text() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_refused_through_all_its_retries_goes_out_before_the_next_one() {
+    let t = Tg::start("dm_policy = \"open\"").await;
+    let fay = TgUser::new(9100, "fay");
+    // Every attempt of the first reply is refused: six tries in the adapter, eight rounds
+    // of those in the outbox.
+    t.tg.fail_sends_with_retry_after(48, 0);
+    t.tg.push_update(t.tg.dm_text(&fay, "first"));
+    t.tg.wait_for_requests("sendMessage", 48, WAIT)
+        .await
+        .expect("every attempt made");
+    assert!(t.tg.sent().is_empty());
+    // Kept, not lost: the chat's next reply brings it out, in order, without a restart.
+    t.tg.push_update(t.tg.dm_text(&fay, "second"));
+    let sent = t.wait_sent(2).await;
+    assert!(sent[0].text.contains("first"), "{sent:?}");
+    assert!(sent[1].text.contains("second"), "{sent:?}");
+    assert_eq!(t.tg.requests("sendMessage").len(), 50, "each sent once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_updates_and_a_huge_text_do_not_crash_and_the_text_is_cut() {
     let mut t = Tg::start("dm_policy = \"open\"").await;
     t.llm.set_default(Reply::text("noted"));

@@ -5,7 +5,8 @@
 //! work gets a worker that runs one turn at a time (joining messages that waited) under a
 //! global cap on concurrent turns; the worker disappears when its queue is empty. A turn's
 //! replies go to the outbox in the same atomic write that completes its inbox entries, then
-//! are delivered with retries.
+//! are delivered with retries; replies still failing after them wait, in their chat's order,
+//! for the outbox's sweep.
 
 mod outbox;
 mod seen;
@@ -25,7 +26,7 @@ use tokio_util::task::TaskTracker;
 use crate::metrics::Metrics;
 use crate::store::{Applied, Batch, Store, StoreError, Tree};
 
-pub use outbox::{ChannelRegistry, Outbox, record as record_replies};
+pub use outbox::{ChannelRegistry, Outbox, SWEEP_EVERY, record as record_replies};
 pub use seen::SEEN_RETENTION;
 
 /// Most messages joined into one turn.
@@ -481,7 +482,7 @@ impl Bus {
     /// Start-up: deliver replies recorded before a crash, then requeue unfinished inbox
     /// entries in their original order.
     pub async fn replay(self: &Arc<Self>) -> Result<usize, BusError> {
-        self.outbox.replay_pending(&self.tracker);
+        self.outbox.start_sweeper(&self.tracker);
         let entries = self.store.scan(Tree::Inbox, &[])?;
         // After a crash, one durable write counts this start against the message each chat
         // was on (its oldest; the others had not started), and drops those given up, before

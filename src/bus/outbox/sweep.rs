@@ -1,0 +1,152 @@
+//! The sweep: replies kept after failed sends, or recorded before the last stop, are tried
+//! again while the gateway runs: at start-up, as soon as more replies join a stalled chat's,
+//! and every [`SWEEP_EVERY`] while a chat is stalled. One task per chat, in order.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use switchboard_channel::{ChatKey, OutboundMessage};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use super::{Outbox, Owned, Pending};
+use crate::store::Tree;
+
+/// How often the replies of stalled chats are tried again.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// Start-up: every chat with replies in the outbox.
+    Start,
+    /// Stalled chats that more replies joined since their last sweep.
+    More,
+    /// Every stalled chat.
+    Due,
+}
+
+impl Outbox {
+    /// Deliver the replies the outbox holds from before this start (in the background), then
+    /// keep sweeping until shutdown. The number of replies taken up now.
+    pub fn start_sweeper(&self, tracker: &TaskTracker) -> usize {
+        let n = self.sweep(tracker, Sweep::Start);
+        let me = self.clone();
+        let t = tracker.clone();
+        tracker.spawn(async move { me.sweep_until_shutdown(t).await });
+        n
+    }
+
+    async fn sweep_until_shutdown(self, tracker: TaskTracker) {
+        let mut due: Option<Instant> = None;
+        loop {
+            if self.pending().stalled.is_empty() {
+                due = None;
+            } else if due.is_none() {
+                due = Some(Instant::now() + self.sweep_every);
+            }
+            let kind = tokio::select! {
+                _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    due = None;
+                    Sweep::Due
+                }
+                _ = self.kick.notified() => Sweep::More,
+                _ = self.shutdown.cancelled() => return,
+            };
+            self.sweep(&tracker, kind);
+        }
+    }
+
+    /// Start a delivery task for each chat `kind` selects whose channel runs and that no
+    /// sweep serves now, with the entries nobody else owns; how many entries were taken.
+    fn sweep(&self, tracker: &TaskTracker, kind: Sweep) -> usize {
+        let entries = match self.store.scan(Tree::Outbox, &[]) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!("cannot read the outbox: {e}");
+                return 0;
+            }
+        };
+        // In sequence order, as the store keeps the keys.
+        let mut by_key: HashMap<ChatKey, Vec<(u64, OutboundMessage)>> = HashMap::new();
+        for (k, v) in entries {
+            let (Ok(seq), Ok(msg)) = (
+                <[u8; 8]>::try_from(k.as_slice()).map(u64::from_be_bytes),
+                serde_json::from_slice::<OutboundMessage>(&v),
+            ) else {
+                continue;
+            };
+            by_key.entry(msg.key.clone()).or_default().push((seq, msg));
+        }
+        let mut taken = 0;
+        for (key, mut entries) in by_key {
+            let runs = self.channel(&key.channel).is_some();
+            {
+                let mut pending = self.pending();
+                let Pending { claimed, stalled } = &mut *pending;
+                let stall = match kind {
+                    Sweep::Start => stalled.entry(key.clone()).or_default(),
+                    Sweep::More | Sweep::Due => match stalled.get_mut(&key) {
+                        Some(stall) => stall,
+                        None => continue,
+                    },
+                };
+                if !runs || stall.sweeping || (kind == Sweep::More && !stall.more) {
+                    continue;
+                }
+                entries.retain(|(seq, _)| claimed.insert(*seq));
+                if entries.is_empty() {
+                    continue;
+                }
+                stall.sweeping = true;
+                stall.more = false;
+            }
+            taken += entries.len();
+            let me = self.clone();
+            tracker.spawn(async move { me.sweep_chat(key, entries).await });
+        }
+        self.count_stalled(&self.pending());
+        taken
+    }
+
+    /// Deliver one stalled chat's entries in order, up to the first that fails again.
+    async fn sweep_chat(self, key: ChatKey, entries: Vec<(u64, OutboundMessage)>) {
+        let mut owned = Owned::new(&self, &entries);
+        let mut all = true;
+        for (seq, msg) in &entries {
+            // Its first owner may have finished with it between the read and the claim.
+            match self.store.get(Tree::Outbox, &seq.to_be_bytes()) {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    owned.done(*seq);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!("cannot read the outbox: {e}");
+                    all = false;
+                    break;
+                }
+            }
+            if self.send_entry(*seq, msg).await {
+                owned.done(*seq);
+            } else {
+                all = false;
+                break;
+            }
+        }
+        drop(owned);
+        let mut pending = self.pending();
+        let Some(stall) = pending.stalled.get_mut(&key) else {
+            return;
+        };
+        stall.sweeping = false;
+        if all {
+            if stall.more {
+                // Replies that joined meanwhile go out now, behind these.
+                self.kick.notify_one();
+            } else {
+                pending.stalled.remove(&key);
+                self.count_stalled(&pending);
+            }
+        }
+    }
+}
