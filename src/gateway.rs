@@ -443,8 +443,11 @@ pub async fn start(
                 _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
                 _ = prune_stop.cancelled() => break,
             }
-            if let Err(e) = prune_bus.prune_seen() {
-                tracing::warn!("pruning seen ids failed: {e}");
+            let bus = prune_bus.clone();
+            match tokio::task::spawn_blocking(move || bus.prune_seen()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!("pruning seen ids failed: {e}"),
+                Err(e) => tracing::warn!("pruning seen ids failed: {e}"),
             }
         }
     });

@@ -71,7 +71,12 @@ fn require_unseen(batch: &mut Batch, now_secs: u64, id: &str) {
     }
 }
 
-/// Forget the ids of the days past the retention; returns how many were removed.
+/// Most deletions applied by one write of [`prune`]: a busy day's ids are forgotten in
+/// several small writes, not one that holds them all in memory at once.
+const PRUNE_CHUNK: usize = 1_024;
+
+/// Forget the ids of the days past the retention; returns how many were removed. Blocks
+/// on the store: run it off the async runtime's threads.
 pub(super) fn prune(store: &dyn Store, now_secs: u64) -> Result<usize, StoreError> {
     let first_kept = day(now_secs).saturating_sub(DAYS_CHECKED - 1);
     let mut batch = Batch::default();
@@ -82,21 +87,33 @@ pub(super) fn prune(store: &dyn Store, now_secs: u64) -> Result<usize, StoreErro
     }
     // Keys filed by day start with a zero byte (day numbers are below 2^24 until the
     // year 47 000), bare ids with a printable one; the walk stops at the first kept day.
-    store.for_each(Tree::Seen, &[0], &mut |k, _| {
-        let Some(d) = k.get(..4).and_then(|d| <[u8; 4]>::try_from(d).ok()) else {
-            return true;
-        };
-        if u32::from_be_bytes(d) >= first_kept {
-            return false;
-        }
-        batch.delete(Tree::Seen, k.to_vec());
-        removed += 1;
-        true
-    })?;
     if !batch.is_empty() {
-        store.apply(batch)?;
+        store.apply(std::mem::take(&mut batch))?;
     }
-    Ok(removed)
+    loop {
+        let mut more = false;
+        store.for_each(Tree::Seen, &[0], &mut |k, _| {
+            let Some(d) = k.get(..4).and_then(|d| <[u8; 4]>::try_from(d).ok()) else {
+                return true;
+            };
+            if u32::from_be_bytes(d) >= first_kept {
+                return false;
+            }
+            if batch.ops.len() == PRUNE_CHUNK {
+                more = true;
+                return false;
+            }
+            batch.delete(Tree::Seen, k.to_vec());
+            true
+        })?;
+        removed += batch.ops.len();
+        if !batch.is_empty() {
+            store.apply(std::mem::take(&mut batch))?;
+        }
+        if !more {
+            return Ok(removed);
+        }
+    }
 }
 
 /// File the ids of the old layout (the bare id → when it was seen) under their day;
@@ -182,6 +199,23 @@ mod tests {
         assert_eq!(prune(s, past).unwrap(), 1);
         assert_eq!(all(s), [key(day(later), b"telegram:2")]);
         assert_eq!(seen_at(s, past, "telegram:1"), Applied::Done);
+    }
+
+    #[tokio::test]
+    async fn a_busy_days_ids_are_all_forgotten_across_pruning_chunks() {
+        let (_dir, store) = store();
+        let s = &*store;
+        let old = NOW - 3 * DAY_SECS;
+        let n = 2 * PRUNE_CHUNK + 7;
+        let mut batch = Batch::default();
+        for i in 0..n {
+            mark(&mut batch, old, &format!("slack:event:{i}"));
+        }
+        store.apply(batch).unwrap();
+        assert_eq!(seen_at(s, NOW, "slack:event:kept"), Applied::Done);
+        assert_eq!(prune(s, NOW).unwrap(), n);
+        assert_eq!(all(s), [key(day(NOW), b"slack:event:kept")]);
+        assert_eq!(prune(s, NOW).unwrap(), 0);
     }
 
     #[tokio::test]
