@@ -19,12 +19,16 @@ async fn multi_step_tool_loop_reads_and_writes_files_and_stores_the_session() {
     let h = Harness::new().await;
     std::fs::write(h.workspace().join("notes.md"), "buy milk").unwrap();
     h.llm
-        .push(Reply::tool_call("read_file", json!({"path": "notes.md"})));
-    h.llm.push(Reply::tool_call(
-        "write_file",
-        json!({"path": "out/todo.md", "content": "- milk"}),
-    ));
-    h.llm.push(Reply::text("Saved your todo."));
+        .push(Reply::tool_call("read_file", json!({"path": "notes.md"})).with_usage(100, 10));
+    h.llm.push(
+        Reply::tool_call(
+            "write_file",
+            json!({"path": "out/todo.md", "content": "- milk"}),
+        )
+        .with_usage(120, 20),
+    );
+    h.llm
+        .push(Reply::text("Saved your todo.").with_usage(150, 5));
     let mut m = msg("t:1", "make a todo from my notes");
     m.metadata.insert("message_id".into(), json!("77"));
     let out = turn(&h.agent(), &h.store, m).await;
@@ -33,6 +37,9 @@ async fn multi_step_tool_loop_reads_and_writes_files_and_stores_the_session() {
     assert_eq!(out.replies[0].text, "Saved your todo.");
     assert_eq!(out.replies[0].in_reply_to_inbound.as_deref(), Some("t:1"));
     assert_eq!(out.replies[0].reply_to.as_deref(), Some("77"));
+    // The tokens of the turn's three requests, for the API channel to report.
+    let usage = out.replies[0].usage.expect("usage");
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (370, 35));
     assert_eq!(
         std::fs::read_to_string(h.workspace().join("out/todo.md")).unwrap(),
         "- milk"

@@ -24,10 +24,14 @@ async fn api_round_trip_and_session_continuity() {
     let (running, shutdown) = env.start(Default::default()).await;
     let base = base(&running);
 
-    llm.push(Reply::text("Nice to meet you, Ada."));
+    llm.push(Reply::text("Nice to meet you, Ada.").with_usage(12, 5));
     let first = ask(&base, "alice", "Hi, I'm Ada").await;
     assert_eq!(reply_text(&first), "Nice to meet you, Ada.");
     assert_eq!(first["object"], "chat.completion");
+    assert_eq!(
+        first["usage"],
+        serde_json::json!({"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17})
+    );
 
     let second = ask(&base, "alice", "What's my name?").await;
     assert_eq!(reply_text(&second), "echo: What's my name?");
@@ -67,10 +71,11 @@ async fn api_streams_server_sent_events() {
     llm.set_stream_chunk_chars(4);
     let env = Env::new(&llm.base_url(), "");
     let (running, shutdown) = env.start(Default::default()).await;
-    llm.push(Reply::text("streamed answer in several pieces"));
+    llm.push(Reply::text("streamed answer in several pieces").with_usage(30, 7));
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/chat/completions", base(&running)))
-        .json(&serde_json::json!({"model": "x", "stream": true, "messages": [{"role": "user", "content": "go"}]}))
+        .json(&serde_json::json!({"model": "x", "stream": true, "messages": [{"role": "user", "content": "go"}],
+            "stream_options": {"include_usage": true}}))
         .send()
         .await
         .unwrap();
@@ -88,6 +93,7 @@ async fn api_streams_server_sent_events() {
     }
     let mut text = String::new();
     let mut chunks = 0;
+    let mut usage = Vec::new();
     for line in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
         if line == "[DONE]" {
             break;
@@ -98,7 +104,19 @@ async fn api_streams_server_sent_events() {
             text.push_str(t);
             chunks += 1;
         }
+        usage.push((v["choices"].as_array().unwrap().len(), v["usage"].clone()));
     }
+    // Asked for: a last chunk with no choices reports the tokens; the others say null.
+    let (last_choices, last_usage) = usage.pop().unwrap();
+    assert_eq!(last_choices, 0);
+    assert_eq!(
+        last_usage,
+        serde_json::json!({"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37})
+    );
+    assert!(
+        usage.iter().all(|(n, u)| *n == 1 && u.is_null()),
+        "{usage:?}"
+    );
     assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
     assert_eq!(text, "streamed answer in several pieces");
     assert!(chunks > 2, "the answer arrived in pieces: {chunks}");

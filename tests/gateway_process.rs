@@ -71,6 +71,21 @@ async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
     gw.wait_admin(WAIT);
     let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();
     assert_eq!(reqs[1].last_user_text(), "remember the milk");
+    // The resumed turn has stored its reply (a stop before that would put it back).
+    let base = http_base(&env);
+    common::platform::poll_until(WAIT, "the resumed turn to finish", || async {
+        let metrics = reqwest::get(format!("{base}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        metrics
+            .lines()
+            .any(|l| l == "switchboard_turns_total 1")
+            .then_some(())
+    })
+    .await;
     gw.sigterm();
     let (status, _) = gw.wait_exit(WAIT);
     assert!(status.success());

@@ -39,6 +39,8 @@ pub struct LoopState {
     pub produced: Vec<ChatMessage>,
     pub iteration: u32,
     pub empty_retried: bool,
+    /// Tokens the model reported over the turn's requests.
+    pub usage: switchboard_channel::TokenUsage,
 }
 
 /// How the loop ended.
@@ -161,6 +163,8 @@ pub async fn run(
         metrics
             .llm_completion_tokens
             .fetch_add(resp.usage.completion_tokens, Ordering::Relaxed);
+        state.usage.prompt_tokens += resp.usage.prompt_tokens;
+        state.usage.completion_tokens += resp.usage.completion_tokens;
         if resp.tool_calls.is_empty() {
             if resp.text.trim().is_empty() && state.produced.is_empty() && !state.empty_retried {
                 // An empty first answer is retried once, with a nudge.

@@ -223,7 +223,9 @@ impl Agent {
         let replies = if reply.trim().is_empty() || heartbeat_ok {
             Vec::new()
         } else {
-            vec![Self::reply(last, reply, kind)]
+            let mut r = Self::reply(last, reply, kind);
+            r.usage = Some(state.usage);
+            vec![r]
         };
         Ok(TurnOutput { replies, writes })
     }

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use switchboard_channel::{
     Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
-    OutboundKind, OutboundMessage, Published, SendError, SendReceipt, Sender,
+    OutboundKind, OutboundMessage, Published, SendError, SendReceipt, Sender, TokenUsage,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -359,6 +359,13 @@ pub async fn chat_completions(
             );
         }
     };
+    // As OpenAI: with `stream_options.include_usage` a last chunk before `[DONE]` reports
+    // the tokens used.
+    let include_usage = stream
+        && body
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
     let model = body
         .get("model")
         .and_then(Value::as_str)
@@ -407,8 +414,14 @@ pub async fn chat_completions(
     let created = chrono::Utc::now().timestamp();
     let completion_id = format!("chatcmpl-{}", &id[8..]);
     if let (true, Some(deltas)) = (stream, delta_rx) {
-        return stream_reply(shared, id, completion_id, model, created, reply_rx, deltas)
-            .into_response();
+        let reply = StreamedReply {
+            id,
+            completion_id,
+            model,
+            created,
+            include_usage,
+        };
+        return stream_reply(shared, reply, reply_rx, deltas).into_response();
     }
     let guard = WaiterGuard {
         api: &shared.api,
@@ -435,30 +448,58 @@ pub async fn chat_completions(
             "message": {"role": "assistant", "content": reply.text},
             "finish_reason": "stop",
         }],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": usage_json(reply.usage.unwrap_or_default()),
     }))
     .into_response()
 }
 
-fn chunk(id: &str, model: &str, created: i64, delta: Value, finish: Option<&str>) -> Event {
-    Event::default().data(
-        json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        })
-        .to_string(),
-    )
+/// OpenAI's `usage` object.
+fn usage_json(u: TokenUsage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+    })
 }
 
-fn stream_reply(
-    shared: Arc<Shared>,
+/// A streamed answer's identity, repeated in each of its chunks.
+struct StreamedReply {
+    /// The waiting request's inbound id.
     id: String,
     completion_id: String,
     model: String,
     created: i64,
+    /// Whether the client asked for a last chunk with the tokens used.
+    include_usage: bool,
+}
+
+impl StreamedReply {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
+        self.event(
+            json!([{"index": 0, "delta": delta, "finish_reason": finish}]),
+            None,
+        )
+    }
+
+    fn event(&self, choices: Value, usage: Option<Value>) -> Event {
+        let mut body = json!({
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        });
+        if self.include_usage {
+            // Null on every chunk but the last, as OpenAI sends it.
+            body["usage"] = usage.unwrap_or(Value::Null);
+        }
+        Event::default().data(body.to_string())
+    }
+}
+
+fn stream_reply(
+    shared: Arc<Shared>,
+    reply: StreamedReply,
     mut reply_rx: oneshot::Receiver<OutboundMessage>,
     mut deltas: mpsc::Receiver<String>,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
@@ -466,29 +507,23 @@ fn stream_reply(
     tokio::spawn(async move {
         let _guard = WaiterGuard {
             api: &shared.api,
-            id,
+            id: reply.id.clone(),
         };
         let send = |e| tx.send(e);
-        if send(chunk(
-            &completion_id,
-            &model,
-            created,
-            json!({"role": "assistant", "content": ""}),
-            None,
-        ))
-        .await
-        .is_err()
+        if send(reply.chunk(json!({"role": "assistant", "content": ""}), None))
+            .await
+            .is_err()
         {
             return;
         }
         let mut streamed = String::new();
         let deadline = tokio::time::sleep(REPLY_TIMEOUT);
         tokio::pin!(deadline);
-        let final_text = loop {
+        let final_msg = loop {
             tokio::select! {
                 Some(d) = deltas.recv() => {
                     streamed.push_str(&d);
-                    if send(chunk(&completion_id, &model, created, json!({"content": d}), None)).await.is_err() {
+                    if send(reply.chunk(json!({"content": d}), None)).await.is_err() {
                         return;
                     }
                 }
@@ -499,16 +534,10 @@ fn stream_reply(
         // Deltas still queued, then whatever of the final text was not streamed.
         while let Ok(d) = deltas.try_recv() {
             streamed.push_str(&d);
-            let _ = send(chunk(
-                &completion_id,
-                &model,
-                created,
-                json!({"content": d}),
-                None,
-            ))
-            .await;
+            let _ = send(reply.chunk(json!({"content": d}), None)).await;
         }
-        let rest = match final_text {
+        let usage = final_msg.as_ref().and_then(|m| m.usage).unwrap_or_default();
+        let rest = match final_msg {
             // A continuation of what was streamed (or all of it): the part not sent yet.
             Some(m) if m.text.starts_with(streamed.as_str()) => {
                 m.text[streamed.len()..].to_string()
@@ -521,23 +550,12 @@ fn stream_reply(
             None => "\n\n⚠️ No reply in time.".into(),
         };
         if !rest.is_empty() {
-            let _ = send(chunk(
-                &completion_id,
-                &model,
-                created,
-                json!({"content": rest}),
-                None,
-            ))
-            .await;
+            let _ = send(reply.chunk(json!({"content": rest}), None)).await;
         }
-        let _ = send(chunk(
-            &completion_id,
-            &model,
-            created,
-            json!({}),
-            Some("stop"),
-        ))
-        .await;
+        let _ = send(reply.chunk(json!({}), Some("stop"))).await;
+        if reply.include_usage {
+            let _ = send(reply.event(json!([]), Some(usage_json(usage)))).await;
+        }
         let _ = send(Event::default().data("[DONE]")).await;
     });
     // Comments while the model thinks (retries may take minutes), so idle proxies keep the

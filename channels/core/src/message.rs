@@ -158,6 +158,16 @@ pub struct OutboundMessage {
     /// Id of the inbound message this answers (the API channel routes replies by it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_reply_to_inbound: Option<String>,
+    /// Tokens the model used for the turn this answers (the API channel reports them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TokenUsage>,
+}
+
+/// Tokens reported by the model over one turn's requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
 }
 
 impl OutboundMessage {
@@ -169,6 +179,7 @@ impl OutboundMessage {
             attachments: Vec::new(),
             kind: OutboundKind::Final,
             in_reply_to_inbound: None,
+            usage: None,
         }
     }
 
