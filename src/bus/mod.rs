@@ -363,11 +363,15 @@ impl Bus {
         Ok(Published::Accepted)
     }
 
-    /// Send replies that did not come from a turn (pairing codes, notices), durably.
+    /// Send replies that did not come from a turn (pairing codes, notices, the `message`
+    /// tool), durably. In a task of its own: a caller that gives up (a tool's time limit,
+    /// `/stop`, a client gone) must not cut a send short, which would send it twice.
     pub async fn send_direct(&self, replies: Vec<OutboundMessage>) -> Result<(), BusError> {
-        self.outbox
-            .record_and_deliver(replies, Batch::default())
-            .await?;
+        let outbox = self.outbox.clone();
+        self.tracker
+            .spawn(async move { outbox.record_and_deliver(replies, Batch::default()).await })
+            .await
+            .map_err(|_| BusError::ShuttingDown)??;
         Ok(())
     }
 

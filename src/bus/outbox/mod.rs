@@ -130,17 +130,18 @@ impl Outbox {
     ) -> Result<Vec<(u64, OutboundMessage)>, StoreError> {
         let entries = stage(self.store.as_ref(), replies, &mut writes)?;
         // Claimed before they exist: a sweep reading the outbox meanwhile leaves them alone.
-        self.pending()
-            .claimed
-            .extend(entries.iter().map(|(seq, _)| *seq));
-        if let Err(e) = self.store.commit(writes).await {
-            let mut pending = self.pending();
-            for (seq, _) in &entries {
-                pending.claimed.remove(seq);
+        // Should the caller give up during the write, `owned` leaves them to the sweep.
+        let mut owned = Owned::claim(self, &entries);
+        match self.store.commit(writes).await {
+            Ok(_) => {
+                owned.hand_over();
+                Ok(entries)
             }
-            return Err(e);
+            Err(e) => {
+                owned.forget();
+                Err(e)
+            }
         }
-        Ok(entries)
     }
 
     pub async fn record_and_deliver(
@@ -158,44 +159,27 @@ impl Outbox {
     /// later replies stay for the sweep, which keeps their order.
     pub async fn deliver(&self, entries: Vec<(u64, OutboundMessage)>) {
         let mut owned = Owned::new(self, &entries);
-        // Chats this call stalled: their later entries stay behind without a sweep now.
+        // Chats this call stalled: their later entries are kept behind the failed one.
         let mut failed: HashSet<&ChatKey> = HashSet::new();
         for (seq, msg) in &entries {
             if failed.contains(&msg.key) {
+                owned.keep(*seq, false);
                 continue;
             }
-            let behind = {
-                let mut pending = self.pending();
-                match pending.stalled.get_mut(&msg.key) {
-                    Some(stall) => {
-                        stall.more = true;
-                        true
-                    }
-                    None => false,
+            if self.pending().stalled.contains_key(&msg.key) {
+                // Behind the chat's kept replies: released by `owned` to the sweep, which
+                // is told there is more.
+                continue;
+            }
+            match self.send_entry(*seq, msg).await {
+                Sent::Gone => owned.done(*seq),
+                Sent::Unmarked => owned.unmarked(*seq),
+                Sent::Kept => {
+                    owned.keep(*seq, false);
+                    failed.insert(&msg.key);
                 }
-            };
-            if behind {
-                // Released by `owned` for the sweep, which is told there is more.
-                self.kick.notify_one();
-                continue;
-            }
-            if self.send_entry(*seq, msg).await {
-                owned.done(*seq);
-            } else {
-                self.stall(&msg.key);
-                failed.insert(&msg.key);
             }
         }
-    }
-
-    /// Mark `key` stalled: its kept replies wait for a sweep (the sweeper is woken to time
-    /// the next one).
-    fn stall(&self, key: &ChatKey) {
-        let mut pending = self.pending();
-        pending.stalled.entry(key.clone()).or_default();
-        self.count_stalled(&pending);
-        drop(pending);
-        self.kick.notify_one();
     }
 
     fn count_stalled(&self, pending: &Pending) {
@@ -204,9 +188,8 @@ impl Outbox {
             .store(pending.stalled.len() as u64, Ordering::Relaxed);
     }
 
-    /// Send one entry; `true` once it is delivered or refused for good (and removed from
-    /// the outbox), `false` if it stays for a later attempt.
-    async fn send_entry(&self, seq: u64, msg: &OutboundMessage) -> bool {
+    /// Send one entry.
+    async fn send_entry(&self, seq: u64, msg: &OutboundMessage) -> Sent {
         let channel_name = msg.key.channel.as_str();
         let done = match self.channel(channel_name) {
             None => {
@@ -232,12 +215,16 @@ impl Outbox {
                 }
             },
         };
-        if done {
-            if let Err(e) = self.store.delete(Tree::Outbox, &seq.to_be_bytes()) {
+        if !done {
+            return Sent::Kept;
+        }
+        match self.store.delete(Tree::Outbox, &seq.to_be_bytes()) {
+            Ok(()) => Sent::Gone,
+            Err(e) => {
                 tracing::error!("could not mark a reply delivered: {e}");
+                Sent::Unmarked
             }
         }
-        done
     }
 
     async fn send_with_retries(
@@ -282,15 +269,27 @@ impl Outbox {
     }
 }
 
-/// The outbox entries a delivering task owns: whatever it has not finished with when it
-/// ends (kept, left behind a stall, or the task cancelled) is released for the sweep, its
-/// chat stalled.
+/// What became of an entry [`Outbox::send_entry`] tried.
+enum Sent {
+    /// Delivered, or refused for good, and removed from the outbox.
+    Gone,
+    /// Delivered, but still recorded (the store refused the delete): never sent again in
+    /// this run.
+    Unmarked,
+    /// Not delivered: kept for a later attempt.
+    Kept,
+}
+
+/// The outbox entries a task owns (claimed). Whatever it has not finished with when it
+/// ends (left behind a stalled chat's replies, or the task cancelled) is released to the
+/// sweep, its chat stalled and the sweeper told there is more.
 struct Owned<'a> {
     outbox: &'a Outbox,
     left: Vec<(u64, ChatKey)>,
 }
 
 impl<'a> Owned<'a> {
+    /// Entries already claimed (handed over by [`Outbox::record`] or claimed by a sweep).
     fn new(outbox: &'a Outbox, entries: &[(u64, OutboundMessage)]) -> Self {
         Self {
             outbox,
@@ -301,21 +300,89 @@ impl<'a> Owned<'a> {
         }
     }
 
+    /// Claim entries about to be written.
+    fn claim(outbox: &'a Outbox, entries: &[(u64, OutboundMessage)]) -> Self {
+        outbox
+            .pending()
+            .claimed
+            .extend(entries.iter().map(|(seq, _)| *seq));
+        Self::new(outbox, entries)
+    }
+
+    /// The entries are written: they go on to the caller, still claimed.
+    fn hand_over(&mut self) {
+        self.left.clear();
+    }
+
+    /// The entries were not written: nothing to deliver.
+    fn forget(&mut self) {
+        let mut pending = self.outbox.pending();
+        for (seq, _) in self.left.drain(..) {
+            pending.claimed.remove(&seq);
+        }
+    }
+
+    fn take(&mut self, seq: u64) -> Option<ChatKey> {
+        let i = self.left.iter().position(|(s, _)| *s == seq)?;
+        Some(self.left.swap_remove(i).1)
+    }
+
     /// `seq` is delivered (or refused for good) and gone from the outbox.
     fn done(&mut self, seq: u64) {
+        self.take(seq);
         self.outbox.pending().claimed.remove(&seq);
-        self.left.retain(|(s, _)| *s != seq);
+    }
+
+    /// `seq` is delivered but still in the outbox: it stays claimed, so that no sweep
+    /// sends it again.
+    fn unmarked(&mut self, seq: u64) {
+        self.take(seq);
+    }
+
+    /// `seq` failed (or is behind one of its chat that did): released, its chat stalled.
+    /// Unless this is the chat's own sweep, a sweep serving the chat now is told to look
+    /// again when it ends (it read the outbox while `seq` was owned here).
+    fn keep(&mut self, seq: u64, by_sweep: bool) {
+        if let Some(key) = self.take(seq) {
+            let more = if by_sweep { More::No } else { More::IfSweeping };
+            self.outbox.release(seq, key, more);
+        }
     }
 }
 
 impl Drop for Owned<'_> {
     fn drop(&mut self) {
-        let mut pending = self.outbox.pending();
-        for (seq, key) in self.left.drain(..) {
-            pending.claimed.remove(&seq);
-            pending.stalled.entry(key).or_default();
+        for (seq, key) in std::mem::take(&mut self.left) {
+            self.outbox.release(seq, key, More::Yes);
         }
-        self.outbox.count_stalled(&pending);
+    }
+}
+
+/// Whether a released entry makes a sweep of its chat due at once.
+enum More {
+    /// An entry never tried (behind the chat's kept replies, or its task cancelled).
+    Yes,
+    /// An entry that failed: only a sweep running for the chat now must look again.
+    IfSweeping,
+    /// An entry its chat's own sweep failed on: the timed sweep tries again.
+    No,
+}
+
+impl Outbox {
+    /// Give up the claim on `seq`, stalling `key`.
+    fn release(&self, seq: u64, key: ChatKey, more: More) {
+        let mut pending = self.pending();
+        pending.claimed.remove(&seq);
+        let stall = pending.stalled.entry(key).or_default();
+        match more {
+            More::Yes => stall.more = true,
+            More::IfSweeping => stall.more |= stall.sweeping,
+            More::No => {}
+        }
+        self.count_stalled(&pending);
+        drop(pending);
+        // Also when nothing more is due: the sweeper times the next sweep of a new stall.
+        self.kick.notify_one();
     }
 }
 

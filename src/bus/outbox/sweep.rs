@@ -9,11 +9,14 @@ use switchboard_channel::{ChatKey, OutboundMessage};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::{Outbox, Owned, Pending};
+use super::{Outbox, Owned, Pending, Sent};
 use crate::store::Tree;
 
 /// How often the replies of stalled chats are tried again.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
+/// Shortest time between two sweeps woken by replies joining stalled chats' (see
+/// [`Outbox::start_sweeper`]).
+const MORE_APART: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Sweep {
@@ -38,6 +41,9 @@ impl Outbox {
 
     async fn sweep_until_shutdown(self, tracker: TaskTracker) {
         let mut due: Option<Instant> = None;
+        // Kicks come with every reply that joins a stalled chat's: during an outage, many.
+        // Each sweep reads the whole outbox, so those sweeps are at least this far apart.
+        let mut next_more = Instant::now();
         loop {
             if self.pending().stalled.is_empty() {
                 due = None;
@@ -45,12 +51,21 @@ impl Outbox {
                 due = Some(Instant::now() + self.sweep_every);
             }
             let kind = tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => return,
                 _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
                     due = None;
                     Sweep::Due
                 }
-                _ = self.kick.notified() => Sweep::More,
-                _ = self.shutdown.cancelled() => return,
+                _ = self.kick.notified() => {
+                    tokio::select! {
+                        biased;
+                        _ = self.shutdown.cancelled() => return,
+                        _ = tokio::time::sleep_until(next_more) => {}
+                    }
+                    next_more = Instant::now() + MORE_APART;
+                    Sweep::More
+                }
             };
             self.sweep(&tracker, kind);
         }
@@ -59,6 +74,9 @@ impl Outbox {
     /// Start a delivery task for each chat `kind` selects whose channel runs and that no
     /// sweep serves now, with the entries nobody else owns; how many entries were taken.
     fn sweep(&self, tracker: &TaskTracker, kind: Sweep) -> usize {
+        if self.shutdown.is_cancelled() {
+            return 0;
+        }
         let entries = match self.store.scan(Tree::Outbox, &[]) {
             Ok(e) => e,
             Err(e) => {
@@ -113,6 +131,10 @@ impl Outbox {
         let mut owned = Owned::new(&self, &entries);
         let mut all = true;
         for (seq, msg) in &entries {
+            if !all {
+                owned.keep(*seq, true);
+                continue;
+            }
             // Its first owner may have finished with it between the read and the claim.
             match self.store.get(Tree::Outbox, &seq.to_be_bytes()) {
                 Ok(Some(_)) => {}
@@ -123,14 +145,17 @@ impl Outbox {
                 Err(e) => {
                     tracing::error!("cannot read the outbox: {e}");
                     all = false;
-                    break;
+                    owned.keep(*seq, true);
+                    continue;
                 }
             }
-            if self.send_entry(*seq, msg).await {
-                owned.done(*seq);
-            } else {
-                all = false;
-                break;
+            match self.send_entry(*seq, msg).await {
+                Sent::Gone => owned.done(*seq),
+                Sent::Unmarked => owned.unmarked(*seq),
+                Sent::Kept => {
+                    all = false;
+                    owned.keep(*seq, true);
+                }
             }
         }
         drop(owned);
@@ -139,14 +164,16 @@ impl Outbox {
             return;
         };
         stall.sweeping = false;
-        if all {
-            if stall.more {
-                // Replies that joined meanwhile go out now, behind these.
-                self.kick.notify_one();
-            } else {
-                pending.stalled.remove(&key);
-                self.count_stalled(&pending);
-            }
+        if !all {
+            // Tried again by the timed sweep (or at once if a reply joins).
+            return;
+        }
+        if stall.more {
+            // Replies that joined meanwhile go out now, behind these.
+            self.kick.notify_one();
+        } else {
+            pending.stalled.remove(&key);
+            self.count_stalled(&pending);
         }
     }
 }

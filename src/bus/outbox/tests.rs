@@ -2,6 +2,7 @@
 //! their chat's order, without holding up other chats. The timed sweep runs under tokio's
 //! paused clock.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use switchboard_channel::{
     Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
     SendError, SendReceipt,
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -20,13 +21,23 @@ use super::{ChannelRegistry, MAX_ATTEMPTS, Outbox, SWEEP_EVERY};
 use crate::metrics::Metrics;
 use crate::store::{Batch, SledStore, Store, Tree};
 
-/// A channel that refuses every send (asking to retry) while it is down.
+/// Bounded waits on the real clock.
+const WAIT: Duration = Duration::from_secs(20);
+/// Bounded waits on the paused clock: past a few timed sweeps.
+const PAUSED_WAIT: Duration = Duration::from_secs(4 * 30);
+
+/// A channel that refuses sends (asking to retry) while it is down, or while their text is
+/// down; a text with a gate waits at it until the gate opens.
 #[derive(Default)]
 struct Flaky {
     down: AtomicBool,
     attempts: AtomicUsize,
     sent: Mutex<Vec<String>>,
-    notify: Notify,
+    down_texts: Mutex<HashSet<String>>,
+    gates: Mutex<HashMap<String, Arc<Semaphore>>>,
+    tries: Mutex<HashMap<String, usize>>,
+    /// Notified at every attempt and every send.
+    changed: Notify,
 }
 
 impl Flaky {
@@ -34,18 +45,52 @@ impl Flaky {
         self.sent.lock().unwrap().clone()
     }
 
-    async fn wait_for(&self, n: usize) -> Vec<String> {
-        let deadline = Instant::now() + SWEEP_EVERY * 10;
+    fn tries(&self, text: &str) -> usize {
+        self.tries.lock().unwrap().get(text).copied().unwrap_or(0)
+    }
+
+    fn set_down(&self, text: &str, down: bool) {
+        let mut texts = self.down_texts.lock().unwrap();
+        if down {
+            texts.insert(text.into());
+        } else {
+            texts.remove(text);
+        }
+    }
+
+    fn close_gate(&self, text: &str) {
+        self.gates
+            .lock()
+            .unwrap()
+            .insert(text.into(), Arc::new(Semaphore::new(0)));
+    }
+
+    fn open_gate(&self, text: &str) {
+        if let Some(gate) = self.gates.lock().unwrap().remove(text) {
+            gate.close();
+        }
+    }
+
+    /// Wait until `done` holds, at most `timeout`.
+    async fn wait_until(&self, what: &str, timeout: Duration, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + timeout;
         loop {
-            let notified = self.notify.notified();
-            let sent = self.sent();
-            if sent.len() >= n {
-                return sent;
+            let changed = self.changed.notified();
+            if done(self) {
+                return;
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                panic!("only {sent:?} of {n} replies sent");
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                panic!("timed out waiting for {what}; sent: {:?}", self.sent());
             }
         }
+    }
+
+    async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<String> {
+        self.wait_until(&format!("{n} replies sent"), timeout, |f| {
+            f.sent().len() >= n
+        })
+        .await;
+        self.sent()
     }
 }
 
@@ -72,12 +117,24 @@ impl Channel for Flaky {
 
     async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
-        if self.down.load(Ordering::SeqCst) {
+        *self
+            .tries
+            .lock()
+            .unwrap()
+            .entry(msg.text.clone())
+            .or_default() += 1;
+        self.changed.notify_waiters();
+        let gate = self.gates.lock().unwrap().get(&msg.text).cloned();
+        if let Some(gate) = gate {
+            // Closed when the gate opens.
+            let _ = gate.acquire().await;
+        }
+        if self.down.load(Ordering::SeqCst) || self.down_texts.lock().unwrap().contains(&msg.text) {
             // Retried at once: the retries' waits are not what these tests are about.
             return Err(SendError::RetryAfter(Duration::from_millis(1)));
         }
         self.sent.lock().unwrap().push(msg.text.clone());
-        self.notify.notify_waiters();
+        self.changed.notify_waiters();
         Ok(SendReceipt::default())
     }
 
@@ -142,6 +199,15 @@ impl Rig {
             .unwrap();
     }
 
+    /// Whether a sweep serves `key`'s kept replies now.
+    fn sweeping(&self, key: &ChatKey) -> bool {
+        self.outbox
+            .pending()
+            .stalled
+            .get(key)
+            .is_some_and(|s| s.sweeping)
+    }
+
     fn stalled(&self) -> u64 {
         self.metrics.stalled_chats.load(Ordering::SeqCst)
     }
@@ -179,7 +245,7 @@ async fn a_stalled_chats_replies_go_out_in_order_once_the_platform_is_back() {
     assert_eq!(rig.flaky.sent(), ["b1"]);
     // The stalled chat's next reply goes out behind the kept one, at once, without a restart.
     rig.send(&a, "a2").await;
-    assert_eq!(rig.flaky.wait_for(3).await, ["b1", "a1", "a2"]);
+    assert_eq!(rig.flaky.wait_for(3, WAIT).await, ["b1", "a1", "a2"]);
     rig.stop().await;
     assert_eq!(rig.flaky.sent().len(), 3, "each sent once");
     assert_eq!(rig.kept(), 0);
@@ -194,13 +260,31 @@ async fn a_kept_reply_is_tried_again_by_the_timed_sweep() {
     rig.send(&a, "still there?").await;
     let failed = Instant::now();
     let tries = rig.flaky.attempts.load(Ordering::SeqCst);
-    // While the platform stays down, the sweep tries again (and keeps it).
-    while rig.flaky.attempts.load(Ordering::SeqCst) == tries {
-        tokio::time::sleep(SWEEP_EVERY / 10).await;
+    // While the platform stays down, the sweep tries again, and keeps it again.
+    rig.flaky
+        .wait_until("the timed sweep's first attempt", PAUSED_WAIT, |f| {
+            f.attempts.load(Ordering::SeqCst) == tries + 1
+        })
+        .await;
+    let round = Instant::now();
+    assert!(round - failed >= SWEEP_EVERY, "tried again too soon");
+    rig.flaky
+        .wait_until("the timed sweep's attempts", PAUSED_WAIT, |f| {
+            f.attempts.load(Ordering::SeqCst) == 2 * tries
+        })
+        .await;
+    for _ in 0..1_000 {
+        if !rig.sweeping(&a) {
+            break;
+        }
+        tokio::task::yield_now().await;
     }
-    assert!(failed.elapsed() >= SWEEP_EVERY, "tried again too soon");
+    assert!(!rig.sweeping(&a), "the sweep did not end");
+    assert_eq!(rig.stalled(), 1);
+    assert_eq!(rig.kept(), 1);
     rig.flaky.down.store(false, Ordering::SeqCst);
-    assert_eq!(rig.flaky.wait_for(1).await, ["still there?"]);
+    assert_eq!(rig.flaky.wait_for(1, PAUSED_WAIT).await, ["still there?"]);
+    assert!(round.elapsed() >= SWEEP_EVERY, "tried again too soon");
     rig.stop().await;
     assert_eq!(rig.flaky.sent().len(), 1);
     assert_eq!(rig.kept(), 0);
@@ -217,7 +301,7 @@ async fn a_reply_for_a_channel_that_starts_later_is_delivered_when_it_runs() {
         .write()
         .unwrap()
         .insert("test".into(), rig.flaky.clone());
-    assert_eq!(rig.flaky.wait_for(1).await, ["hello"]);
+    assert_eq!(rig.flaky.wait_for(1, PAUSED_WAIT).await, ["hello"]);
     rig.stop().await;
     assert_eq!(rig.kept(), 0);
 }
@@ -249,7 +333,7 @@ async fn replies_recorded_before_the_start_are_delivered_per_chat_in_order() {
         shutdown.clone(),
     );
     assert_eq!(outbox.start_sweeper(&tracker), 4);
-    let sent = flaky.wait_for(4).await;
+    let sent = flaky.wait_for(4, PAUSED_WAIT).await;
     let a: Vec<&String> = sent.iter().filter(|t| t.starts_with('a')).collect();
     assert_eq!(a, ["a1", "a2", "a3"]);
     shutdown.cancel();
@@ -257,4 +341,45 @@ async fn replies_recorded_before_the_start_are_delivered_per_chat_in_order() {
     tracker.wait().await;
     assert_eq!(flaky.sent().len(), 4);
     assert!(store.scan(Tree::Outbox, &[]).unwrap().is_empty());
+}
+
+// On the real clock, two threads: the sweep and the other sender really run side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_another_task_fails_on_while_its_chat_is_swept_is_not_left_behind() {
+    let rig = Arc::new(Rig::start(true, Duration::from_secs(24 * 3600)));
+    let a = ChatKey::new("test", "a");
+    // A first sender is still trying "x1" (at the gate, then refused) ...
+    rig.flaky.close_gate("x1");
+    rig.flaky.set_down("x1", true);
+    let first = {
+        let (rig, a) = (rig.clone(), a.clone());
+        tokio::spawn(async move { rig.send(&a, "x1").await })
+    };
+    rig.flaky
+        .wait_until("x1 at the gate", WAIT, |f| f.tries("x1") == 1)
+        .await;
+    // ... when a second one fails on "z" and stalls the chat ...
+    rig.flaky.down.store(true, Ordering::SeqCst);
+    rig.send(&a, "z").await;
+    rig.flaky.down.store(false, Ordering::SeqCst);
+    // ... and "w" joins it, so a sweep takes "z" and "w" ("x1" is not its to take).
+    rig.flaky.close_gate("z");
+    rig.send(&a, "w").await;
+    rig.flaky
+        .wait_until("the sweep's z at the gate", WAIT, |f| {
+            f.tries("z") == MAX_ATTEMPTS as usize + 1
+        })
+        .await;
+    assert!(rig.sweeping(&a));
+    // "x1" fails for good while the sweep runs; then the sweep delivers its two.
+    rig.flaky.open_gate("x1");
+    first.await.unwrap();
+    rig.flaky.set_down("x1", false);
+    rig.flaky.open_gate("z");
+    // The sweep looks again when it ends: "x1" goes out, once.
+    assert_eq!(rig.flaky.wait_for(3, WAIT).await, ["z", "w", "x1"]);
+    rig.stop().await;
+    assert_eq!(rig.flaky.sent().len(), 3);
+    assert_eq!(rig.kept(), 0);
+    assert_eq!(rig.stalled(), 0);
 }
