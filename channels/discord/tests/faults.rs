@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use switchboard_channel::{Channel, ChannelError, InboundSender};
 use switchboard_discord::DiscordChannel;
@@ -182,22 +182,10 @@ async fn gateway_discovery_failure_is_loud_and_never_falls_back() {
     assert!(fake.identifies().is_empty());
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ready_quickly_and_small_and_stops_promptly() {
+async fn becomes_ready_and_stops_within_the_shutdown_bound() {
+    // (How fast and how small: the benchmark measures both.)
     let fake = common::fake().await;
-    let before = rss_kib();
-    let started = Instant::now();
     let ch = DiscordChannel::new(common::config(&fake, common::TOKEN)).expect("channel");
     let rec = common::Recorder::new();
     let shutdown = CancellationToken::new();
@@ -206,19 +194,8 @@ async fn ready_quickly_and_small_and_stops_promptly() {
         tokio::spawn(async move { ch.run(InboundSender::new(r), s).await })
     };
     assert!(fake.wait_for_sessions(1, common::WAIT).await);
-    let ready_after = started.elapsed();
-    let after = rss_kib();
-    eprintln!(
-        "discord adapter: READY after {ready_after:?}; RSS {before} KiB -> {after} KiB (+{} KiB, fake included)",
-        after.saturating_sub(before)
-    );
-    assert!(
-        ready_after < Duration::from_secs(2),
-        "READY after {ready_after:?}"
-    );
-    let stop = Instant::now();
     shutdown.cancel();
+    // Well within the gateway's 10 s to stop.
     let res = tokio::time::timeout(Duration::from_secs(6), run).await;
     assert!(matches!(res, Ok(Ok(Ok(())))), "{res:?}");
-    eprintln!("discord adapter: stopped in {:?}", stop.elapsed());
 }

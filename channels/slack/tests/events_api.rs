@@ -234,9 +234,10 @@ async fn a_reply_under_the_bots_own_top_level_post_is_addressed_to_it() {
     run.stop().await.unwrap();
 }
 
-/// 200 events/s for 2 s through the handler (signature check, parse, publish); prints p50/p99.
+/// 200 events/s for 2 s through the handler (signature check, parse, publish): every one
+/// answered 200 and published once. (Its latency is measured by the benchmark.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn answers_fast_at_200_events_per_second() {
+async fn events_at_200_per_second_are_each_answered_and_published_once() {
     let fake = FakeSlack::start().await;
     let ch = SlackChannel::new(events_config(&fake, SECRET)).unwrap();
     let sink = Sink::new();
@@ -246,7 +247,6 @@ async fn answers_fast_at_200_events_per_second() {
     sink.wait_for_connected(true).await;
 
     let mut tick = tokio::time::interval(Duration::from_millis(5));
-    let mut lat = Vec::with_capacity(400);
     for i in 0..400 {
         tick.tick().await;
         let body = events::event_callback_body(
@@ -254,17 +254,12 @@ async fn answers_fast_at_200_events_per_second() {
             events::dm("D1", "U1", "load", &format!("{i}.0")),
         );
         let h = signed(&body);
-        let t0 = Instant::now();
         let (status, _, _) = ch.handle_events_request(&h, body.as_bytes()).await;
-        lat.push(t0.elapsed());
         assert_eq!(status, 200);
     }
-    lat.sort();
-    let p50 = lat[lat.len() / 2];
-    let p99 = lat[lat.len() * 99 / 100];
-    println!("handle_events_request at 200/s: p50 {p50:?}, p99 {p99:?}");
-    assert_eq!(sink.published().len(), 400);
-    assert!(p99 < Duration::from_millis(50), "p99 {p99:?}");
+    let ids: std::collections::HashSet<String> =
+        sink.published().into_iter().map(|m| m.id).collect();
+    assert_eq!(ids.len(), 400);
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }
