@@ -1,6 +1,6 @@
-//! Several Socket Mode connections at once (`socket_connections`): all of them open, and an
-//! event Slack sends on any one of them is published once and acknowledged. (Memory with
-//! the sockets open is measured by the benchmark, not here.)
+//! Several Socket Mode connections at once (`socket_connections`): all of them open and stay
+//! open while events flow, and an event Slack sends twice is published once, both times
+//! acknowledged. (Memory with the sockets open is measured by the benchmark, not here.)
 
 mod common;
 
@@ -8,7 +8,7 @@ use common::{socket_config, start};
 use switchboard_fakes::slack::{FakeSlack, events};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_sockets_open_and_an_event_on_either_is_published_once() {
+async fn two_sockets_stay_open_and_a_redelivered_event_is_published_once() {
     let fake = FakeSlack::start().await;
     let mut cfg = socket_config(&fake);
     cfg.socket_connections = 2;
@@ -17,8 +17,7 @@ async fn two_sockets_open_and_an_event_on_either_is_published_once() {
     run.sink.wait_for_connected(true).await;
     assert_eq!(fake.open_sockets(), 2);
 
-    // Sent on the newest socket; then Slack sends it again (unacknowledged ones are
-    // redelivered), as it may on the other connection.
+    // Sent on the newest socket, then again with the same event id (as Slack retries).
     let pushed = fake
         .push_event(events::dm("D1", "U1", "over two sockets", "1.0"))
         .await;
