@@ -415,3 +415,100 @@ async fn new_messages_wait_for_the_replay_of_unfinished_ones() {
     tracker.close();
     tracker.wait().await;
 }
+
+/// Never finishes a turn of chat `p` (as if the gateway died in it: it ends only with the
+/// run); records the texts of the others.
+#[derive(Default)]
+struct DiesOnP {
+    p_starts: std::sync::atomic::AtomicUsize,
+    texts: Mutex<Vec<String>>,
+    changed: tokio::sync::Notify,
+}
+
+impl DiesOnP {
+    async fn wait(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let changed = self.changed.notified();
+            if done(self) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                panic!("timed out waiting for {what}");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl TurnHandler for DiesOnP {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        if turn.key.chat_id == "p" {
+            self.p_starts
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.changed.notify_waiters();
+            turn.cancel.cancelled().await;
+            return Err(Interrupted);
+        }
+        let mut texts = self.texts.lock().unwrap();
+        texts.extend(turn.messages.iter().map(|m| m.text.clone()));
+        self.changed.notify_waiters();
+        Ok(TurnOutput::default())
+    }
+}
+
+#[tokio::test]
+async fn a_message_that_only_waited_through_crashes_is_never_given_up() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use switchboard::bus::MAX_RESUMES;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let handler = Arc::new(DiesOnP::default());
+    let (p, w) = (ChatKey::new("test", "p"), ChatKey::new("test", "w"));
+    // One turn at a time: while the gateway is in p's (and dies in it), w's message waits.
+    let runs = MAX_RESUMES as usize + 2;
+    for run in 0..runs {
+        let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let bus = Bus::new(
+            store.clone(),
+            Default::default(),
+            1,
+            Default::default(),
+            shutdown.clone(),
+            tracker.clone(),
+        );
+        bus.set_handler(handler.clone());
+        bus.replay().await.unwrap();
+        if run == 0 {
+            bus.publish(inbound("p-1", &p, "crash me")).await.unwrap();
+            bus.publish(inbound("w-1", &w, "just waiting"))
+                .await
+                .unwrap();
+        }
+        if run + 1 < runs {
+            handler
+                .wait("p's turn to start", |h| h.p_starts.load(SeqCst) == run + 1)
+                .await;
+            assert!(
+                handler.texts.lock().unwrap().is_empty(),
+                "w ran in run {run}"
+            );
+        } else {
+            // Started at every start after a crash until given up; then w, at last.
+            handler
+                .wait("w's turn", |h| !h.texts.lock().unwrap().is_empty())
+                .await;
+            assert_eq!(handler.p_starts.load(SeqCst), MAX_RESUMES as usize + 1);
+            assert_eq!(*handler.texts.lock().unwrap(), ["just waiting"]);
+        }
+        // The gateway dies: no clean stop is noted.
+        shutdown.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+    // p's sender was told (the reply waits for a `test` channel), and nothing is left.
+    let told = store.scan(Tree::Outbox, &[]).unwrap();
+    assert_eq!(told.len(), 1);
+    assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
+    assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
+}

@@ -9,6 +9,7 @@
 //! for the outbox's sweep.
 
 mod outbox;
+mod replay;
 mod seen;
 mod worker;
 
@@ -83,6 +84,9 @@ pub enum BusError {
 struct Queued {
     seq: u64,
     msg: InboundMessage,
+    /// Resumed after a crash, when it may have been running: its start is counted
+    /// (see [`MAX_RESUMES`]).
+    counted: bool,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -320,6 +324,7 @@ impl Bus {
             self.enqueue(Queued {
                 seq,
                 msg,
+                counted: false,
                 _permit: permit,
             });
             results[i] = Published::Accepted;
@@ -483,59 +488,6 @@ impl Bus {
             .is_some_and(|s| s.running.is_some())
     }
 
-    /// Start-up: deliver replies recorded before a crash, then requeue unfinished inbox
-    /// entries in their original order.
-    pub async fn replay(self: &Arc<Self>) -> Result<usize, BusError> {
-        self.outbox.start_sweeper(&self.tracker);
-        let entries = self.store.scan(Tree::Inbox, &[])?;
-        // After a crash, one durable write counts this start against the message each chat
-        // was on (its oldest; the others had not started), and drops those given up, before
-        // any of their turns runs again. After a clean stop nothing is counted.
-        let (mut counted, mut told, mut resumed) = (Batch::default(), Vec::new(), Vec::new());
-        let crashed = self.store.get(Tree::Meta, CLEAN_STOP)?.is_none();
-        if !crashed {
-            counted.delete(Tree::Meta, CLEAN_STOP.to_vec());
-        }
-        let mut heads = std::collections::HashSet::new();
-        for (k, v) in entries {
-            let Ok(seq_bytes) = <[u8; 8]>::try_from(k.as_slice()) else {
-                continue;
-            };
-            let mut msg: InboundMessage = match serde_json::from_slice(&v) {
-                Ok(m) => m,
-                Err(e) => {
-                    tracing::error!("dropping unreadable inbox entry: {e}");
-                    self.store.delete(Tree::Inbox, &k)?;
-                    continue;
-                }
-            };
-            let head = crashed && heads.insert(msg.key.clone());
-            if !head || count_resume(&k, &mut msg, &mut counted, &mut told)? {
-                resumed.push((u64::from_be_bytes(seq_bytes), msg));
-            }
-        }
-        if !counted.ops.is_empty() {
-            // Delivered once the channels are up: this runs at start-up.
-            self.record_then_deliver(told, counted).await?;
-        }
-        let n = resumed.len();
-        for (seq, msg) in resumed {
-            let permit = self
-                .queued
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| BusError::ShuttingDown)?;
-            self.enqueue(Queued {
-                seq,
-                msg,
-                _permit: permit,
-            });
-        }
-        self.intake.send_replace(true);
-        Ok(n)
-    }
-
     /// Note that this run ends cleanly, every turn finished or put back in the inbox: the
     /// next start resumes those without counting them against the messages (see
     /// [`MAX_RESUMES`]). Made durable by the store's final checkpoint.
@@ -547,42 +499,4 @@ impl Bus {
     pub fn prune_seen(&self) -> Result<usize, StoreError> {
         seen::prune(&*self.store, now_secs())
     }
-}
-
-/// Count one more start at which `msg` (inbox entry `key`) is resumed, into `writes`; `true`
-/// when its turn should run again. Past [`MAX_RESUMES`] the entry is deleted instead, and a
-/// person who sent it is told (a reply pushed onto `told`).
-fn count_resume(
-    key: &[u8],
-    msg: &mut InboundMessage,
-    writes: &mut Batch,
-    told: &mut Vec<OutboundMessage>,
-) -> Result<bool, BusError> {
-    let resumes = msg
-        .metadata
-        .get("resumes")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0)
-        + 1;
-    if resumes > MAX_RESUMES {
-        tracing::error!(id = %msg.id, key = %msg.key,
-            "giving up on a message: the gateway stopped {MAX_RESUMES} times while handling it");
-        writes.delete(Tree::Inbox, key.to_vec());
-        if msg.origin == switchboard_channel::Origin::User {
-            let mut reply = OutboundMessage::new(
-                msg.key.clone(),
-                "⚠️ Sorry, I could not handle your last message (it kept stopping me). \
-                 Please try again, perhaps worded differently.",
-            );
-            reply.kind = switchboard_channel::OutboundKind::Error;
-            reply.in_reply_to_inbound = Some(msg.id.clone());
-            told.push(reply);
-        }
-        return Ok(false);
-    }
-    msg.metadata
-        .insert("resumes".into(), serde_json::Value::from(resumes));
-    let body = serde_json::to_vec(&*msg).map_err(|e| BusError::Encode(e.to_string()))?;
-    writes.put(Tree::Inbox, key.to_vec(), body);
-    Ok(true)
 }

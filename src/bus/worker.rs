@@ -20,11 +20,26 @@ impl Bus {
                 break;
             };
             let permit = tokio::select! {
-                p = self.turns.clone().acquire_owned() => p,
-                // The batch stays in the durable inbox and is replayed on the next start.
+                // The batch stays in the durable inbox and is replayed on the next start:
+                // also when a permit is free at the same moment (a turn stopping for it).
+                biased;
                 _ = self.shutdown.cancelled() => break,
+                p = self.turns.clone().acquire_owned() => p,
             };
             let Ok(permit) = permit else { break };
+            let batch = match self.count_starts(batch).await {
+                Ok(batch) if batch.is_empty() => {
+                    // Given up: the sender was told.
+                    self.turn_finished(&key);
+                    continue;
+                }
+                Ok(batch) => batch,
+                Err(e) => {
+                    tracing::error!(%key, "could not count a resumed turn's start (kept in the inbox for the next start): {e}");
+                    self.turn_finished(&key);
+                    continue;
+                }
+            };
             let Some(handler) = self.handler() else {
                 tracing::error!("no turn handler installed; leaving messages in the inbox");
                 break;

@@ -1,0 +1,124 @@
+//! Start-up: replies recorded before the last stop are delivered and unfinished messages
+//! queued again, in their original order. After a crash, the message each chat was on (its
+//! oldest: the others had not started) counts a start when its turn begins again, so that
+//! one the gateway keeps dying on is given up after [`MAX_RESUMES`] starts. A message that
+//! only waited (behind the concurrency cap, or while the gateway kept dying on another
+//! chat's) is never counted.
+
+use std::sync::Arc;
+
+use switchboard_channel::{InboundMessage, OutboundMessage};
+
+use super::{Bus, BusError, CLEAN_STOP, MAX_RESUMES, Queued};
+use crate::store::{Batch, Tree};
+
+impl Bus {
+    /// Start-up: deliver replies recorded before a crash, then requeue unfinished inbox
+    /// entries in their original order.
+    pub async fn replay(self: &Arc<Self>) -> Result<usize, BusError> {
+        self.outbox.start_sweeper(&self.tracker);
+        let entries = self.store.scan(Tree::Inbox, &[])?;
+        let crashed = self.store.get(Tree::Meta, CLEAN_STOP)?.is_none();
+        if !crashed {
+            // Durably gone before any turn runs: a crash in this run must count.
+            let mut unmark = Batch::default();
+            unmark.delete(Tree::Meta, CLEAN_STOP.to_vec());
+            self.store.commit(unmark).await?;
+        }
+        let mut heads = std::collections::HashSet::new();
+        let mut resumed = Vec::new();
+        for (k, v) in entries {
+            let Ok(seq_bytes) = <[u8; 8]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            let msg: InboundMessage = match serde_json::from_slice(&v) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::error!("dropping unreadable inbox entry: {e}");
+                    self.store.delete(Tree::Inbox, &k)?;
+                    continue;
+                }
+            };
+            let counted = crashed && heads.insert(msg.key.clone());
+            resumed.push((u64::from_be_bytes(seq_bytes), msg, counted));
+        }
+        let n = resumed.len();
+        for (seq, msg, counted) in resumed {
+            let permit = self
+                .queued
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| BusError::ShuttingDown)?;
+            self.enqueue(Queued {
+                seq,
+                msg,
+                counted,
+                _permit: permit,
+            });
+        }
+        self.intake.send_replace(true);
+        Ok(n)
+    }
+
+    /// As a turn begins: count the start of each message of `batch` resumed after a crash,
+    /// durably, before the turn runs. Those past [`MAX_RESUMES`] leave the batch and the
+    /// inbox, and a person who sent one is told.
+    pub(super) async fn count_starts(
+        &self,
+        mut batch: Vec<Queued>,
+    ) -> Result<Vec<Queued>, BusError> {
+        if !batch.iter().any(|q| q.counted) {
+            return Ok(batch);
+        }
+        let (mut writes, mut told) = (Batch::default(), Vec::new());
+        let mut given_up = Vec::new();
+        for q in batch.iter_mut().filter(|q| q.counted) {
+            q.counted = false;
+            if !count_resume(&q.seq.to_be_bytes(), &mut q.msg, &mut writes, &mut told)? {
+                given_up.push(q.seq);
+            }
+        }
+        self.record_then_deliver(told, writes).await?;
+        batch.retain(|q| !given_up.contains(&q.seq));
+        Ok(batch)
+    }
+}
+
+/// Count one more start at which `msg` (inbox entry `key`) is resumed, into `writes`; `true`
+/// when its turn should run again. Past [`MAX_RESUMES`] the entry is deleted instead, and a
+/// person who sent it is told (a reply pushed onto `told`).
+fn count_resume(
+    key: &[u8],
+    msg: &mut InboundMessage,
+    writes: &mut Batch,
+    told: &mut Vec<OutboundMessage>,
+) -> Result<bool, BusError> {
+    let resumes = msg
+        .metadata
+        .get("resumes")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0)
+        + 1;
+    if resumes > MAX_RESUMES {
+        tracing::error!(id = %msg.id, key = %msg.key,
+            "giving up on a message: the gateway stopped {MAX_RESUMES} times while handling it");
+        writes.delete(Tree::Inbox, key.to_vec());
+        if msg.origin == switchboard_channel::Origin::User {
+            let mut reply = OutboundMessage::new(
+                msg.key.clone(),
+                "⚠️ Sorry, I could not handle your last message (it kept stopping me). \
+                 Please try again, perhaps worded differently.",
+            );
+            reply.kind = switchboard_channel::OutboundKind::Error;
+            reply.in_reply_to_inbound = Some(msg.id.clone());
+            told.push(reply);
+        }
+        return Ok(false);
+    }
+    msg.metadata
+        .insert("resumes".into(), serde_json::Value::from(resumes));
+    let body = serde_json::to_vec(&*msg).map_err(|e| BusError::Encode(e.to_string()))?;
+    writes.put(Tree::Inbox, key.to_vec(), body);
+    Ok(true)
+}
