@@ -322,7 +322,12 @@ pub async fn start(
     );
     // Before any intake: the first prune also files the seen ids of an older store by day,
     // and dedup only looks them up there.
-    bus.prune_seen()?;
+    {
+        let bus = bus.clone();
+        tokio::task::spawn_blocking(move || bus.prune_seen())
+            .await
+            .map_err(|e| GatewayError::Setup(e.to_string()))??;
+    }
     let api = Arc::new(ApiChannel::default());
     let cli = Arc::new(ApiChannel::named("cli"));
     let sink = Arc::new(GatewaySink {

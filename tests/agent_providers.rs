@@ -155,6 +155,21 @@ async fn anthropic_streams_every_answer_and_assembles_tool_use() {
     assert_tool_answer(&r);
     assert_eq!(got.lock().unwrap().concat(), "Let me look.");
 
+    // The cached system prompt's tokens are prompt tokens too.
+    llm.push(
+        Reply::text("cached")
+            .with_usage(20, 5)
+            .with_cached_prompt(900, 100),
+    );
+    let r = p
+        .complete(&request("claude-sonnet-4-5"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.usage.prompt_tokens, r.usage.completion_tokens),
+        (1020, 5)
+    );
+
     let reqs = llm.requests();
     assert!(reqs[0].stream && reqs[1].stream);
     assert_eq!(reqs[1].path, "/v1/messages");

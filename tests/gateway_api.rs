@@ -104,17 +104,22 @@ async fn api_streams_server_sent_events() {
             text.push_str(t);
             chunks += 1;
         }
-        usage.push((v["choices"].as_array().unwrap().len(), v["usage"].clone()));
+        usage.push((
+            v["choices"].as_array().unwrap().len(),
+            v.get("usage").cloned(),
+        ));
     }
     // Asked for: a last chunk with no choices reports the tokens; the others say null.
     let (last_choices, last_usage) = usage.pop().unwrap();
     assert_eq!(last_choices, 0);
     assert_eq!(
         last_usage,
-        serde_json::json!({"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37})
+        Some(serde_json::json!({"prompt_tokens": 30, "completion_tokens": 7, "total_tokens": 37}))
     );
     assert!(
-        usage.iter().all(|(n, u)| *n == 1 && u.is_null()),
+        usage
+            .iter()
+            .all(|(n, u)| *n == 1 && u == &Some(serde_json::Value::Null)),
         "{usage:?}"
     );
     assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
@@ -140,9 +145,21 @@ async fn streamed_text(base: &str, user: &str, text: &str) -> String {
     assert_eq!(resp.status(), 200);
     let body = resp.text().await.unwrap();
     assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
-    body.lines()
+    let chunks: Vec<serde_json::Value> = body
+        .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .collect();
+    // Not asked for: no `usage` in any chunk, and no chunk without choices.
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c.get("usage").is_none()
+                && c["choices"].as_array().is_some_and(|a| a.len() == 1)),
+        "{body}"
+    );
+    chunks
+        .into_iter()
         .filter_map(|v| {
             v["choices"][0]["delta"]["content"]
                 .as_str()

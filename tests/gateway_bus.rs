@@ -512,3 +512,74 @@ async fn a_message_that_only_waited_through_crashes_is_never_given_up() {
     assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
     assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
 }
+
+/// Records each turn: its messages' texts and `resumes` counts.
+#[derive(Default)]
+struct Turns {
+    turns: Mutex<Vec<Vec<(String, u64)>>>,
+    turned: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl TurnHandler for Turns {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        let seen = turn
+            .messages
+            .iter()
+            .map(|m| {
+                let resumes = m.metadata.get("resumes").and_then(|v| v.as_u64());
+                (m.text.clone(), resumes.unwrap_or(0))
+            })
+            .collect();
+        self.turns.lock().unwrap().push(seen);
+        self.turned.notify_one();
+        Ok(TurnOutput::default())
+    }
+}
+
+#[tokio::test]
+async fn after_a_crash_the_message_that_was_running_runs_alone_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    // A crash left three messages of one chat (no clean stop noted): the first was running.
+    let key = ChatKey::new("test", "busy");
+    for (i, text) in ["was running", "waited", "waited too"].iter().enumerate() {
+        let m = message(&format!("b-{i}"), &key, text);
+        store
+            .put(
+                Tree::Inbox,
+                &store.next_id().unwrap().to_be_bytes(),
+                &serde_json::to_vec(&m).unwrap(),
+            )
+            .unwrap();
+    }
+    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+    let bus = Bus::new(
+        store.clone(),
+        Default::default(),
+        4,
+        Default::default(),
+        shutdown.clone(),
+        tracker.clone(),
+    );
+    let turns = Arc::new(Turns::default());
+    bus.set_handler(turns.clone());
+    assert_eq!(bus.replay().await.unwrap(), 3);
+    while turns.turns.lock().unwrap().len() < 2 {
+        tokio::time::timeout(WAIT, turns.turned.notified())
+            .await
+            .expect("the turns ran");
+    }
+    // Alone, so that a turn the gateway dies in is counted against the message doing it;
+    // the two that only waited are joined, uncounted.
+    assert_eq!(
+        *turns.turns.lock().unwrap(),
+        [
+            vec![("was running".to_string(), 1)],
+            vec![("waited".to_string(), 0), ("waited too".to_string(), 0)],
+        ]
+    );
+    shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
+}

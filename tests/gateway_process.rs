@@ -50,6 +50,22 @@ fn env_with_port(llm: &FakeLlm) -> Env {
     env
 }
 
+/// Wait until the running gateway has finished `n` turns (their replies and sessions
+/// stored): a stop before that would put a turn back in the inbox.
+async fn wait_turns(env: &Env, n: u64) {
+    let (base, line) = (http_base(env), format!("switchboard_turns_total {n}"));
+    common::platform::poll_until(WAIT, &line, || async {
+        let metrics = reqwest::get(format!("{base}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        metrics.lines().any(|l| l == line).then_some(())
+    })
+    .await;
+}
+
 fn session_of(env: &Env, key: &str) -> Session {
     let store = SledStore::open(&env.data_dir()).unwrap();
     Session::load(&store, &key.parse::<ChatKey>().unwrap()).unwrap()
@@ -71,21 +87,7 @@ async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
     gw.wait_admin(WAIT);
     let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();
     assert_eq!(reqs[1].last_user_text(), "remember the milk");
-    // The resumed turn has stored its reply (a stop before that would put it back).
-    let base = http_base(&env);
-    common::platform::poll_until(WAIT, "the resumed turn to finish", || async {
-        let metrics = reqwest::get(format!("{base}/metrics"))
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        metrics
-            .lines()
-            .any(|l| l == "switchboard_turns_total 1")
-            .then_some(())
-    })
-    .await;
+    wait_turns(&env, 1).await;
     gw.sigterm();
     let (status, _) = gw.wait_exit(WAIT);
     assert!(status.success());
@@ -147,6 +149,7 @@ async fn sigterm_exits_zero_within_ten_seconds_and_keeps_in_flight_work() {
     gw.wait_admin(WAIT);
     let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();
     assert_eq!(reqs[1].last_user_text(), "in flight");
+    wait_turns(&env, 1).await;
     gw.sigterm();
     assert!(gw.wait_exit(WAIT).0.success());
     assert_eq!(session_of(&env, "api:term").messages.len(), 2);

@@ -166,7 +166,9 @@ impl Agent {
                 tracing::warn!(%key, "the model answered nothing");
                 let text = "⚠️ The language model gave an empty answer. Please try again.";
                 return Ok(TurnOutput {
-                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    replies: vec![
+                        Self::reply(last, text, OutboundKind::Error).with_usage(state.usage),
+                    ],
                     writes,
                 });
             }
@@ -192,7 +194,9 @@ impl Agent {
                 self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
                 let text = "⚠️ This conversation is too long for the model even after condensing it. Send /new to start fresh.";
                 return Ok(TurnOutput {
-                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    replies: vec![
+                        Self::reply(last, text, OutboundKind::Error).with_usage(state.usage),
+                    ],
                     writes,
                 });
             }
@@ -205,7 +209,9 @@ impl Agent {
                     e.advice()
                 );
                 return Ok(TurnOutput {
-                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
+                    replies: vec![
+                        Self::reply(last, text, OutboundKind::Error).with_usage(state.usage),
+                    ],
                     writes,
                 });
             }
@@ -223,9 +229,7 @@ impl Agent {
         let replies = if reply.trim().is_empty() || heartbeat_ok {
             Vec::new()
         } else {
-            let mut r = Self::reply(last, reply, kind);
-            r.usage = Some(state.usage);
-            vec![r]
+            vec![Self::reply(last, reply, kind).with_usage(state.usage)]
         };
         Ok(TurnOutput { replies, writes })
     }

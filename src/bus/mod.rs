@@ -115,6 +115,8 @@ pub struct Bus {
     /// Whether new messages are taken: not while the start-up [`Bus::replay`] has yet to
     /// queue the last run's unfinished ones, which must run first (and only once).
     intake: tokio::sync::watch::Sender<bool>,
+    /// Whether [`Bus::replay`] ran (it took up the last run's clean-stop mark).
+    replayed: std::sync::atomic::AtomicBool,
 }
 
 fn now_secs() -> u64 {
@@ -175,6 +177,7 @@ impl Bus {
             tracker,
             idle: tokio::sync::Notify::new(),
             intake: tokio::sync::watch::Sender::new(true),
+            replayed: Default::default(),
         })
     }
 
@@ -441,7 +444,9 @@ impl Bus {
                 && !m.text.trim_start().starts_with('/')
         };
         let mut batch = vec![first];
-        if joinable(&batch[0].msg) {
+        // A message resumed after a crash runs alone: were it joined, the turn that kills
+        // the gateway would be counted against it instead of the message doing it.
+        if joinable(&batch[0].msg) && !batch[0].counted {
             while batch.len() < MAX_JOIN {
                 match slot.pending.front() {
                     Some(next) if joinable(&next.msg) => {
@@ -491,12 +496,17 @@ impl Bus {
     /// Note that this run ends cleanly, every turn finished or put back in the inbox: the
     /// next start resumes those without counting them against the messages (see
     /// [`MAX_RESUMES`]). Made durable by the store's final checkpoint.
+    /// Not noted by a gateway that did not replay the last run's messages (the terminal's
+    /// `chat`): the next one must still count a crash before it.
     pub fn note_clean_stop(&self) -> Result<(), StoreError> {
+        if !self.replayed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         self.store.put(Tree::Meta, CLEAN_STOP, b"1")
     }
 
     /// Forget the seen ids past [`SEEN_RETENTION`]; returns how many were removed.
     pub fn prune_seen(&self) -> Result<usize, StoreError> {
-        seen::prune(&*self.store, now_secs())
+        seen::prune(&*self.store, now_secs(), &|| self.shutdown.is_cancelled())
     }
 }

@@ -6,6 +6,7 @@
 //! chat's) is never counted.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use switchboard_channel::{InboundMessage, OutboundMessage};
 
@@ -18,6 +19,7 @@ impl Bus {
     pub async fn replay(self: &Arc<Self>) -> Result<usize, BusError> {
         self.outbox.start_sweeper(&self.tracker);
         let entries = self.store.scan(Tree::Inbox, &[])?;
+        self.replayed.store(true, Ordering::Relaxed);
         let crashed = self.store.get(Tree::Meta, CLEAN_STOP)?.is_none();
         if !crashed {
             // Durably gone before any turn runs: a crash in this run must count.
@@ -61,27 +63,38 @@ impl Bus {
         Ok(n)
     }
 
-    /// As a turn begins: count the start of each message of `batch` resumed after a crash,
-    /// durably, before the turn runs. Those past [`MAX_RESUMES`] leave the batch and the
-    /// inbox, and a person who sent one is told.
-    pub(super) async fn count_starts(
-        &self,
-        mut batch: Vec<Queued>,
-    ) -> Result<Vec<Queued>, BusError> {
+    /// As a turn begins: count the start of the message of `batch` resumed after a crash
+    /// (it runs alone), durably, before the turn runs. One past [`MAX_RESUMES`] leaves the
+    /// batch and the inbox, and a person who sent it is told. Should the count not be
+    /// stored, the turn runs uncounted.
+    pub(super) async fn count_starts(&self, batch: &mut Vec<Queued>) {
         if !batch.iter().any(|q| q.counted) {
-            return Ok(batch);
+            return;
         }
         let (mut writes, mut told) = (Batch::default(), Vec::new());
         let mut given_up = Vec::new();
+        let mut counted = Vec::new();
         for q in batch.iter_mut().filter(|q| q.counted) {
             q.counted = false;
-            if !count_resume(&q.seq.to_be_bytes(), &mut q.msg, &mut writes, &mut told)? {
-                given_up.push(q.seq);
+            let mut msg = q.msg.clone();
+            match count_resume(&q.seq.to_be_bytes(), &mut msg, &mut writes, &mut told) {
+                Ok(true) => counted.push((q.seq, msg)),
+                Ok(false) => given_up.push(q.seq),
+                Err(e) => {
+                    tracing::error!(id = %q.msg.id, "cannot count a resumed turn's start: {e}")
+                }
             }
         }
-        self.record_then_deliver(told, writes).await?;
+        if let Err(e) = self.record_then_deliver(told, writes).await {
+            tracing::error!("could not store a resumed turn's start; it runs uncounted: {e}");
+            return;
+        }
+        for (seq, msg) in counted {
+            if let Some(q) = batch.iter_mut().find(|q| q.seq == seq) {
+                q.msg = msg;
+            }
+        }
         batch.retain(|q| !given_up.contains(&q.seq));
-        Ok(batch)
     }
 }
 

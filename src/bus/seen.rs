@@ -76,8 +76,13 @@ fn require_unseen(batch: &mut Batch, now_secs: u64, id: &str) {
 const PRUNE_CHUNK: usize = 1_024;
 
 /// Forget the ids of the days past the retention; returns how many were removed. Blocks
-/// on the store: run it off the async runtime's threads.
-pub(super) fn prune(store: &dyn Store, now_secs: u64) -> Result<usize, StoreError> {
+/// on the store: run it off the async runtime's threads. Ends early, between writes, once
+/// `stop` says so (the gateway stops; the rest is forgotten at the next prune).
+pub(super) fn prune(
+    store: &dyn Store,
+    now_secs: u64,
+    stop: &dyn Fn() -> bool,
+) -> Result<usize, StoreError> {
     let first_kept = day(now_secs).saturating_sub(DAYS_CHECKED - 1);
     let mut batch = Batch::default();
     let mut removed = 0;
@@ -110,7 +115,7 @@ pub(super) fn prune(store: &dyn Store, now_secs: u64) -> Result<usize, StoreErro
         if !batch.is_empty() {
             store.apply(std::mem::take(&mut batch))?;
         }
-        if !more {
+        if !more || stop() {
             return Ok(removed);
         }
     }
@@ -192,11 +197,11 @@ mod tests {
         assert!(!is_seen(s, later, "telegram:2").unwrap());
         // Pruning within the retention keeps it; past it, forgets it, and only it.
         assert_eq!(seen_at(s, later, "telegram:2"), Applied::Done);
-        assert_eq!(prune(s, later).unwrap(), 0);
+        assert_eq!(prune(s, later, &|| false).unwrap(), 0);
         assert!(is_seen(s, later, "telegram:1").unwrap());
         let past = at + SEEN_RETENTION.as_secs() + DAY_SECS;
         assert!(!is_seen(s, past, "telegram:1").unwrap());
-        assert_eq!(prune(s, past).unwrap(), 1);
+        assert_eq!(prune(s, past, &|| false).unwrap(), 1);
         assert_eq!(all(s), [key(day(later), b"telegram:2")]);
         assert_eq!(seen_at(s, past, "telegram:1"), Applied::Done);
     }
@@ -213,9 +218,9 @@ mod tests {
         }
         store.apply(batch).unwrap();
         assert_eq!(seen_at(s, NOW, "slack:event:kept"), Applied::Done);
-        assert_eq!(prune(s, NOW).unwrap(), n);
+        assert_eq!(prune(s, NOW, &|| false).unwrap(), n);
         assert_eq!(all(s), [key(day(NOW), b"slack:event:kept")]);
-        assert_eq!(prune(s, NOW).unwrap(), 0);
+        assert_eq!(prune(s, NOW, &|| false).unwrap(), 0);
     }
 
     #[tokio::test]
@@ -225,7 +230,7 @@ mod tests {
         assert_eq!(seen_at(s, NOW + DAY_SECS, "discord:9"), Applied::Done);
         assert!(is_seen(s, NOW, "discord:9").unwrap());
         assert_eq!(seen_at(s, NOW, "discord:9"), Applied::Conflict);
-        assert_eq!(prune(s, NOW).unwrap(), 0);
+        assert_eq!(prune(s, NOW, &|| false).unwrap(), 0);
         assert!(is_seen(s, NOW, "discord:9").unwrap());
     }
 
@@ -237,7 +242,7 @@ mod tests {
         for (id, at) in [("slack:a", old), ("slack:b", NOW - 60), ("api:c", NOW)] {
             s.put(Tree::Seen, id.as_bytes(), &at.to_be_bytes()).unwrap();
         }
-        assert_eq!(prune(s, NOW).unwrap(), 1);
+        assert_eq!(prune(s, NOW, &|| false).unwrap(), 1);
         assert_eq!(
             all(s),
             [key(day(NOW), b"api:c"), key(day(NOW - 60), b"slack:b")]
@@ -247,7 +252,7 @@ mod tests {
         assert!(s.get(Tree::Meta, FILED_BY_DAY).unwrap().is_some());
         // Done once: a bare key written now (by nobody but this test) stays as it is.
         s.put(Tree::Seen, b"slack:d", &NOW.to_be_bytes()).unwrap();
-        assert_eq!(prune(s, NOW).unwrap(), 0);
+        assert_eq!(prune(s, NOW, &|| false).unwrap(), 0);
         assert!(all(s).contains(&b"slack:d".to_vec()));
     }
 }

@@ -27,19 +27,16 @@ impl Bus {
                 p = self.turns.clone().acquire_owned() => p,
             };
             let Ok(permit) = permit else { break };
-            let batch = match self.count_starts(batch).await {
-                Ok(batch) if batch.is_empty() => {
-                    // Given up: the sender was told.
-                    self.turn_finished(&key);
-                    continue;
-                }
-                Ok(batch) => batch,
-                Err(e) => {
-                    tracing::error!(%key, "could not count a resumed turn's start (kept in the inbox for the next start): {e}");
-                    self.turn_finished(&key);
-                    continue;
-                }
-            };
+            if self.shutdown.is_cancelled() {
+                break;
+            }
+            let mut batch = batch;
+            self.count_starts(&mut batch).await;
+            if batch.is_empty() {
+                // Given up: the sender was told.
+                self.turn_finished(&key);
+                continue;
+            }
             let Some(handler) = self.handler() else {
                 tracing::error!("no turn handler installed; leaving messages in the inbox");
                 break;

@@ -147,8 +147,17 @@ impl Assembly {
         let index = v["index"].as_u64().unwrap_or(0);
         match kind {
             "message_start" => {
-                self.out.usage.prompt_tokens =
-                    v["message"]["usage"]["input_tokens"].as_u64().unwrap_or(0);
+                // Tokens read from or written to the prompt cache are not in `input_tokens`;
+                // they are prompt tokens all the same (OpenAI's `prompt_tokens` counts them).
+                let u = &v["message"]["usage"];
+                self.out.usage.prompt_tokens = [
+                    "input_tokens",
+                    "cache_read_input_tokens",
+                    "cache_creation_input_tokens",
+                ]
+                .iter()
+                .filter_map(|k| u[*k].as_u64())
+                .sum();
             }
             "content_block_start" => {
                 let cb = &v["content_block"];

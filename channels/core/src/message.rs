@@ -183,6 +183,12 @@ impl OutboundMessage {
         }
     }
 
+    /// The reply with the tokens its turn used.
+    pub fn with_usage(mut self, usage: TokenUsage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
     /// Identifies a reply across the outbox's retries: a hash of its key, text, `reply_to`
     /// and `in_reply_to_inbound`. Only for in-memory use: it is not stable across builds.
     pub fn fingerprint(&self) -> u64 {

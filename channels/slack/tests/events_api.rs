@@ -257,6 +257,8 @@ async fn events_at_200_per_second_are_each_answered_and_published_once() {
         let (status, _, _) = ch.handle_events_request(&h, body.as_bytes()).await;
         assert_eq!(status, 200);
     }
+    // Each published once: as many publish calls as events, all with distinct ids.
+    assert_eq!(sink.attempts.load(std::sync::atomic::Ordering::SeqCst), 400);
     let ids: std::collections::HashSet<String> =
         sink.published().into_iter().map(|m| m.id).collect();
     assert_eq!(ids.len(), 400);

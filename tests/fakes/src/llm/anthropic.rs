@@ -91,9 +91,21 @@ pub(super) fn render(reply: &Reply, ctx: &Ctx<'_>) -> Rendered {
                 (ctx.prompt_tokens, estimate_tokens(size))
             });
             let body = if ctx.stream {
-                Rendering::Events(stream(ctx, text, tool_calls, stop, input, output))
+                Rendering::Events(stream(
+                    ctx,
+                    text,
+                    tool_calls,
+                    stop,
+                    usage(input, output, reply.cached),
+                ))
             } else {
-                Rendering::Json(whole(ctx, text, tool_calls, stop, input, output))
+                Rendering::Json(whole(
+                    ctx,
+                    text,
+                    tool_calls,
+                    stop,
+                    usage(input, output, reply.cached),
+                ))
             };
             Rendered {
                 status: 200,
@@ -138,15 +150,18 @@ fn input(call: &ToolCall) -> Value {
     serde_json::from_str(&call.arguments).unwrap_or_else(|_| Value::String(call.arguments.clone()))
 }
 
+/// Anthropic's `usage` object; the cache counts only when there are any.
+fn usage(input_tokens: u64, output_tokens: u64, (read, written): (u64, u64)) -> Value {
+    let mut u = json!({"input_tokens": input_tokens, "output_tokens": output_tokens});
+    if read + written > 0 {
+        u["cache_read_input_tokens"] = json!(read);
+        u["cache_creation_input_tokens"] = json!(written);
+    }
+    u
+}
+
 /// The non-stream `message` object.
-fn whole(
-    ctx: &Ctx<'_>,
-    text: &str,
-    calls: &[ToolCall],
-    stop: &str,
-    input_tokens: u64,
-    output_tokens: u64,
-) -> Value {
+fn whole(ctx: &Ctx<'_>, text: &str, calls: &[ToolCall], stop: &str, usage: Value) -> Value {
     let mut content = Vec::new();
     if !text.is_empty() {
         content.push(json!({"type": "text", "text": text}));
@@ -163,7 +178,7 @@ fn whole(
         "content": content,
         "stop_reason": stop,
         "stop_sequence": null,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        "usage": usage,
     })
 }
 
@@ -173,20 +188,17 @@ fn event(kind: &str, data: &Value) -> String {
 
 /// message_start, a ping, one start/delta…/stop group per content block, message_delta
 /// (stop reason and usage), message_stop.
-fn stream(
-    ctx: &Ctx<'_>,
-    text: &str,
-    calls: &[ToolCall],
-    stop: &str,
-    input_tokens: u64,
-    output_tokens: u64,
-) -> Vec<String> {
+fn stream(ctx: &Ctx<'_>, text: &str, calls: &[ToolCall], stop: &str, usage: Value) -> Vec<String> {
+    let output_tokens = usage["output_tokens"].clone();
+    // The start reports the prompt (with the cache counts) and one output token so far.
+    let mut start_usage = usage;
+    start_usage["output_tokens"] = json!(1);
     let mut events = vec![event(
         "message_start",
         &json!({"type": "message_start", "message": {
             "id": format!("msg_fake{}", ctx.id), "type": "message", "role": "assistant",
             "model": ctx.model, "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+            "usage": start_usage,
         }}),
     )];
     let mut block = 0;

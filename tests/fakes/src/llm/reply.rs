@@ -21,6 +21,9 @@ pub struct Reply {
     pub(crate) chunk_delay: Duration,
     /// Explicit token usage `(prompt, completion)`; estimated from sizes when `None`.
     pub(crate) usage: Option<(u64, u64)>,
+    /// Anthropic only: prompt tokens read from and written to the prompt cache, reported
+    /// apart from `input_tokens` as Anthropic does.
+    pub(crate) cached: (u64, u64),
     /// `Retry-After` header (seconds) of an error reply.
     pub(crate) retry_after: Option<u64>,
     /// A streamed answer breaks after this many events.
@@ -120,6 +123,7 @@ impl Reply {
             delay: Duration::ZERO,
             chunk_delay: Duration::ZERO,
             usage: None,
+            cached: (0, 0),
             retry_after: None,
             stream_fault: None,
             sse_comments: false,
@@ -264,6 +268,13 @@ impl Reply {
     /// Reports this token usage instead of the size-based estimate.
     pub fn with_usage(mut self, prompt_tokens: u64, completion_tokens: u64) -> Self {
         self.usage = Some((prompt_tokens, completion_tokens));
+        self
+    }
+
+    /// Anthropic: also report `cache_read_input_tokens` and `cache_creation_input_tokens`
+    /// (prompt tokens on top of `input_tokens`).
+    pub fn with_cached_prompt(mut self, read: u64, written: u64) -> Self {
+        self.cached = (read, written);
         self
     }
 
