@@ -1,7 +1,8 @@
 //! The bus end to end in the gateway, through a recording test channel against the fake
 //! LLM: per-chat order with cross-chat parallelism, joining, dedup, `/stop`, replies owed to
-//! a channel not running, messages the gateway keeps dying on, and (on the bus alone) the
-//! start-up replay against new messages.
+//! a channel not running, messages the gateway keeps dying on; and on the bus alone: the
+//! start-up replay against new messages, and which resumed messages a crash is counted
+//! against.
 
 mod common;
 
@@ -350,19 +351,78 @@ async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
     running.stopped().await;
 }
 
-/// Records the texts of each turn, in order.
+/// Put `msg` in the inbox, as a run that stopped before its turn ended leaves it.
+fn leave_in_inbox(store: &dyn Store, msg: &InboundMessage) {
+    store
+        .put(
+            Tree::Inbox,
+            &store.next_id().unwrap().to_be_bytes(),
+            &serde_json::to_vec(msg).unwrap(),
+        )
+        .unwrap();
+}
+
+/// A bus alone (no gateway) on `store`, running at most `turns` turns at once.
+fn bus_on(
+    store: &Arc<dyn Store>,
+    turns: usize,
+    handler: Arc<dyn TurnHandler>,
+) -> (Arc<Bus>, CancellationToken, TaskTracker) {
+    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+    let bus = Bus::new(
+        store.clone(),
+        Default::default(),
+        turns,
+        Default::default(),
+        shutdown.clone(),
+        tracker.clone(),
+    );
+    bus.set_handler(handler);
+    (bus, shutdown, tracker)
+}
+
+/// Stop a bus from [`bus_on`] (without noting a clean stop, as a crash would).
+async fn stop_bus(shutdown: CancellationToken, tracker: TaskTracker) {
+    shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
+
+/// Records each turn: its messages' texts and `resumes` counts.
 #[derive(Default)]
-struct Recorder {
-    texts: Mutex<Vec<String>>,
+struct Turns {
+    turns: Mutex<Vec<Vec<(String, u64)>>>,
     turned: tokio::sync::Notify,
 }
 
+impl Turns {
+    async fn wait_for(&self, n: usize) -> Vec<Vec<(String, u64)>> {
+        loop {
+            let turned = self.turned.notified();
+            let turns = self.turns.lock().unwrap().clone();
+            if turns.len() >= n {
+                return turns;
+            }
+            tokio::time::timeout(WAIT, turned)
+                .await
+                .expect("the turns ran");
+        }
+    }
+}
+
 #[async_trait]
-impl TurnHandler for Recorder {
+impl TurnHandler for Turns {
     async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
-        let mut texts = self.texts.lock().unwrap();
-        texts.extend(turn.messages.iter().map(|m| m.text.clone()));
-        self.turned.notify_one();
+        let seen = turn
+            .messages
+            .iter()
+            .map(|m| {
+                let resumes = m.metadata.get("resumes").and_then(|v| v.as_u64());
+                (m.text.clone(), resumes.unwrap_or(0))
+            })
+            .collect();
+        self.turns.lock().unwrap().push(seen);
+        self.turned.notify_waiters();
         Ok(TurnOutput::default())
     }
 }
@@ -371,27 +431,10 @@ impl TurnHandler for Recorder {
 async fn new_messages_wait_for_the_replay_of_unfinished_ones() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
-    // The last run stored this message and stopped before its turn ended.
     let key = ChatKey::new("test", "kitchen");
-    let old = inbound("old-1", &key, "left unfinished");
-    store
-        .put(
-            Tree::Inbox,
-            &store.next_id().unwrap().to_be_bytes(),
-            &serde_json::to_vec(&old).unwrap(),
-        )
-        .unwrap();
-    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
-    let bus = Bus::new(
-        store.clone(),
-        Default::default(),
-        4,
-        Default::default(),
-        shutdown.clone(),
-        tracker.clone(),
-    );
-    let recorder = Arc::new(Recorder::default());
-    bus.set_handler(recorder.clone());
+    leave_in_inbox(&*store, &inbound("old-1", &key, "left unfinished"));
+    let turns = Arc::new(Turns::default());
+    let (bus, shutdown, tracker) = bus_on(&store, 4, turns.clone());
     // As the gateway starts: intake held, then channels (a new message), then the replay.
     bus.hold_intake_until_replayed();
     let mut new = tokio::spawn({
@@ -402,18 +445,15 @@ async fn new_messages_wait_for_the_replay_of_unfinished_ones() {
     assert!(early.is_err(), "taken before the replay: {early:?}");
     assert_eq!(bus.replay().await.unwrap(), 1);
     assert_eq!(new.await.unwrap().unwrap(), Published::Accepted);
-    while recorder.texts.lock().unwrap().len() < 2 {
-        tokio::time::timeout(Duration::from_secs(10), recorder.turned.notified())
-            .await
-            .expect("the turns ran");
-    }
-    assert_eq!(
-        *recorder.texts.lock().unwrap(),
-        ["left unfinished", "just arrived"]
-    );
-    shutdown.cancel();
-    tracker.close();
-    tracker.wait().await;
+    let texts: Vec<String> = turns
+        .wait_for(2)
+        .await
+        .concat()
+        .into_iter()
+        .map(|(text, _)| text)
+        .collect();
+    assert_eq!(texts, ["left unfinished", "just arrived"]);
+    stop_bus(shutdown, tracker).await;
 }
 
 /// Never finishes a turn of chat `p` (as if the gateway died in it: it ends only with the
@@ -468,16 +508,7 @@ async fn a_message_that_only_waited_through_crashes_is_never_given_up() {
     // One turn at a time: while the gateway is in p's (and dies in it), w's message waits.
     let runs = MAX_RESUMES as usize + 2;
     for run in 0..runs {
-        let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
-        let bus = Bus::new(
-            store.clone(),
-            Default::default(),
-            1,
-            Default::default(),
-            shutdown.clone(),
-            tracker.clone(),
-        );
-        bus.set_handler(handler.clone());
+        let (bus, shutdown, tracker) = bus_on(&store, 1, handler.clone());
         bus.replay().await.unwrap();
         if run == 0 {
             bus.publish(inbound("p-1", &p, "crash me")).await.unwrap();
@@ -502,39 +533,13 @@ async fn a_message_that_only_waited_through_crashes_is_never_given_up() {
             assert_eq!(*handler.texts.lock().unwrap(), ["just waiting"]);
         }
         // The gateway dies: no clean stop is noted.
-        shutdown.cancel();
-        tracker.close();
-        tracker.wait().await;
+        stop_bus(shutdown, tracker).await;
     }
     // p's sender was told (the reply waits for a `test` channel), and nothing is left.
     let told = store.scan(Tree::Outbox, &[]).unwrap();
     assert_eq!(told.len(), 1);
     assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
     assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
-}
-
-/// Records each turn: its messages' texts and `resumes` counts.
-#[derive(Default)]
-struct Turns {
-    turns: Mutex<Vec<Vec<(String, u64)>>>,
-    turned: tokio::sync::Notify,
-}
-
-#[async_trait]
-impl TurnHandler for Turns {
-    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
-        let seen = turn
-            .messages
-            .iter()
-            .map(|m| {
-                let resumes = m.metadata.get("resumes").and_then(|v| v.as_u64());
-                (m.text.clone(), resumes.unwrap_or(0))
-            })
-            .collect();
-        self.turns.lock().unwrap().push(seen);
-        self.turned.notify_one();
-        Ok(TurnOutput::default())
-    }
 }
 
 #[tokio::test]
@@ -544,42 +549,19 @@ async fn after_a_crash_the_message_that_was_running_runs_alone_and_is_counted() 
     // A crash left three messages of one chat (no clean stop noted): the first was running.
     let key = ChatKey::new("test", "busy");
     for (i, text) in ["was running", "waited", "waited too"].iter().enumerate() {
-        let m = message(&format!("b-{i}"), &key, text);
-        store
-            .put(
-                Tree::Inbox,
-                &store.next_id().unwrap().to_be_bytes(),
-                &serde_json::to_vec(&m).unwrap(),
-            )
-            .unwrap();
+        leave_in_inbox(&*store, &message(&format!("b-{i}"), &key, text));
     }
-    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
-    let bus = Bus::new(
-        store.clone(),
-        Default::default(),
-        4,
-        Default::default(),
-        shutdown.clone(),
-        tracker.clone(),
-    );
     let turns = Arc::new(Turns::default());
-    bus.set_handler(turns.clone());
+    let (bus, shutdown, tracker) = bus_on(&store, 4, turns.clone());
     assert_eq!(bus.replay().await.unwrap(), 3);
-    while turns.turns.lock().unwrap().len() < 2 {
-        tokio::time::timeout(WAIT, turns.turned.notified())
-            .await
-            .expect("the turns ran");
-    }
     // Alone, so that a turn the gateway dies in is counted against the message doing it;
     // the two that only waited are joined, uncounted.
     assert_eq!(
-        *turns.turns.lock().unwrap(),
+        turns.wait_for(2).await,
         [
             vec![("was running".to_string(), 1)],
             vec![("waited".to_string(), 0), ("waited too".to_string(), 0)],
         ]
     );
-    shutdown.cancel();
-    tracker.close();
-    tracker.wait().await;
+    stop_bus(shutdown, tracker).await;
 }
