@@ -347,6 +347,18 @@ async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
     let sent = ch.wait_for(2, WAIT).await;
     assert_eq!(sent[1].text, "echo: hello again");
     assert!(!ch.sent().iter().any(|m| m.text.contains("too late")));
+    // A slow platform does not hold up the publish of a `/stop` (the adapter's intake, every
+    // chat's messages): its answer goes out in the background.
+    ch.hold_sends();
+    let published = tokio::time::timeout(WAIT, tx.publish(inbound("s4", &key, "/stop"))).await;
+    assert_eq!(
+        published.expect("the publish waited for the send").unwrap(),
+        Published::Accepted
+    );
+    assert_eq!(ch.sent().len(), 2, "sent while held");
+    ch.release_sends();
+    let sent = ch.wait_for(3, WAIT).await;
+    assert_eq!(sent[2].text, "Nothing is running.");
     shutdown.cancel();
     running.stopped().await;
 }

@@ -17,9 +17,24 @@ use tokio_util::sync::CancellationToken;
 pub struct TestChannel {
     pub sent: Mutex<Vec<OutboundMessage>>,
     notify: Notify,
+    /// While set, sends wait until it is closed ([`TestChannel::release_sends`]).
+    held: Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
 }
 
 impl TestChannel {
+    /// Make sends wait (a slow platform) until [`TestChannel::release_sends`].
+    #[allow(dead_code)]
+    pub fn hold_sends(&self) {
+        *self.held.lock().unwrap() = Some(std::sync::Arc::new(tokio::sync::Semaphore::new(0)));
+    }
+
+    #[allow(dead_code)]
+    pub fn release_sends(&self) {
+        if let Some(gate) = self.held.lock().unwrap().take() {
+            gate.close();
+        }
+    }
+
     pub fn sent(&self) -> Vec<OutboundMessage> {
         self.sent.lock().unwrap().clone()
     }
@@ -66,6 +81,11 @@ impl Channel for TestChannel {
     }
 
     async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
+        let held = self.held.lock().unwrap().clone();
+        if let Some(gate) = held {
+            // Closed on release.
+            let _ = gate.acquire().await;
+        }
         self.sent.lock().unwrap().push(msg.clone());
         self.notify.notify_waiters();
         Ok(SendReceipt::default())
