@@ -23,7 +23,27 @@ const MAX_GROUP: usize = 1024;
 /// A new journal file (and a sled flush) after this many bytes...
 const ROTATE_BYTES: u64 = 16 * 1024 * 1024;
 /// ...or after this long with anything written.
-const ROTATE_EVERY: Duration = Duration::from_secs(2);
+pub(super) const ROTATE_EVERY: Duration = Duration::from_secs(2);
+/// Direct writes (a reply's delivered mark, say) go to the journal with the next group;
+/// with no group coming, within this: a crash a moment after a reply went out must not
+/// send it again at the next start.
+pub(super) const DIRECT_WITHIN: Duration = Duration::from_millis(200);
+
+/// The writer's idle timing ([`ROTATE_EVERY`], [`DIRECT_WITHIN`]; tests shorten them).
+#[derive(Clone, Copy)]
+pub(super) struct Timing {
+    pub(super) rotate_every: Duration,
+    pub(super) direct_within: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            rotate_every: ROTATE_EVERY,
+            direct_within: DIRECT_WITHIN,
+        }
+    }
+}
 
 /// Where a commit's outcome goes.
 type Reply = oneshot::Sender<Result<Applied, StoreError>>;
@@ -103,16 +123,28 @@ pub(super) fn writer(
             Err(mpsc::TryRecvError::Empty) => {
                 // Going idle: free what this thread's writes retired before waiting.
                 release_retired();
-                match rx.recv_timeout(ROTATE_EVERY) {
+                let direct = !lock(&shared.pending).is_empty();
+                let wait = if direct {
+                    shared.timing.direct_within
+                } else {
+                    shared.timing.rotate_every
+                };
+                match rx.recv_timeout(wait) {
                     Ok(work) => work,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if shared.sled_failed.load(Ordering::Relaxed)
-                            || (active.written == 0 && lock(&shared.pending).is_empty())
-                        {
+                        if shared.sled_failed.load(Ordering::Relaxed) {
                             continue;
                         }
-                        // Quiet for a while: fold the journal into sled, as at shutdown.
-                        Work::Checkpoint(None)
+                        if !lock(&shared.pending).is_empty() {
+                            // Direct writes and no group to take them: durable now,
+                            // answered to nobody.
+                            Work::Flush(oneshot::channel().0)
+                        } else if active.written == 0 {
+                            continue;
+                        } else {
+                            // Quiet for a while: fold the journal into sled, as at shutdown.
+                            Work::Checkpoint(None)
+                        }
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
@@ -199,7 +231,7 @@ pub(super) fn writer(
             }
         } else if !shared.sled_failed.load(Ordering::Relaxed)
             && (active.written >= ROTATE_BYTES
-                || (active.written > 0 && rotated.elapsed() >= ROTATE_EVERY))
+                || (active.written > 0 && rotated.elapsed() >= shared.timing.rotate_every))
             && let Some(closed) = rotate(&mut active, &mut rotated)
         {
             let _ = checkpoints.send((closed, None));

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
-use super::group_commit::{Work, checkpointer, writer};
+use super::group_commit::{Timing, Work, checkpointer, writer};
 use super::journal::{self, Active};
 use super::{Applied, Batch, Entries, Op, Store, StoreError, Tree};
 use crate::metrics::Histogram;
@@ -63,6 +63,7 @@ pub(super) struct Shared {
     pub(super) pending: Mutex<Vec<u8>>,
     /// How long each durable journal write took.
     pub(super) syncs: Arc<Histogram>,
+    pub(super) timing: Timing,
     /// A journalled batch could not be applied to sled (which may hold part of it): from
     /// then on no journal file is deleted, so the next start applies them again.
     pub(super) sled_failed: AtomicBool,
@@ -81,6 +82,14 @@ impl SledStore {
     /// [`SledStore::open`], timing every durable journal write into `syncs` (the gateway's
     /// `switchboard_store_sync_seconds`).
     pub fn open_with(dir: &Path, syncs: Arc<Histogram>) -> Result<Self, StoreError> {
+        Self::open_timed(dir, syncs, Timing::default())
+    }
+
+    pub(super) fn open_timed(
+        dir: &Path,
+        syncs: Arc<Histogram>,
+        timing: Timing,
+    ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(backend)?;
         let config = sled::Config::new()
             .path(dir.join("store"))
@@ -131,6 +140,7 @@ impl SledStore {
             trees,
             pending: Mutex::new(Vec::new()),
             syncs,
+            timing,
             sled_failed: AtomicBool::new(false),
             #[cfg(test)]
             refuse_writes: AtomicBool::new(false),

@@ -212,6 +212,30 @@ async fn a_checkpoint_leaves_no_journal_to_apply_again() {
 }
 
 #[tokio::test]
+async fn a_direct_write_is_journalled_soon_without_a_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    // Never quiet long enough to fold: only the direct-write rule can write the journal.
+    let timing = crate::store::group_commit::Timing {
+        rotate_every: std::time::Duration::from_secs(3600),
+        direct_within: std::time::Duration::from_millis(50),
+    };
+    let s = SledStore::open_timed(dir.path(), Arc::default(), timing).unwrap();
+    // A reply's delivered mark, and no commit after it.
+    (&s as &dyn Store)
+        .put(Tree::Meta, b"delivered", b"1")
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while journal_bytes(dir.path()) == 0 {
+        assert!(std::time::Instant::now() < deadline, "never journalled");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    drop(s);
+    // Durable: what the journal holds is what a start after a crash applies.
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(meta(&s, "delivered").as_deref(), Some(&b"1"[..]));
+}
+
+#[tokio::test]
 async fn a_quiet_store_folds_its_journal_into_sled() {
     let dir = tempfile::tempdir().unwrap();
     let s = SledStore::open(dir.path()).unwrap();
