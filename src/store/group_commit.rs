@@ -60,6 +60,9 @@ pub(super) enum Work {
     /// Make everything durable in sled itself and delete the journal written so far; the
     /// writer sends itself one, answered to nobody, once the store has been quiet.
     Checkpoint(Option<Done>),
+    /// A direct write is waiting (the first since the last group): an idle writer makes it
+    /// durable within [`Timing::direct_within`]. No work of its own.
+    Wake,
 }
 
 /// For the checkpoint thread: the journal files up to this one are to go, and who waits
@@ -119,20 +122,24 @@ pub(super) fn writer(
     let mut rotated = Instant::now();
     loop {
         let first = match rx.try_recv() {
+            // Only a wake: wait (again) with the direct writes in view.
+            Ok(Work::Wake) => continue,
             Ok(work) => work,
             Err(mpsc::TryRecvError::Empty) => {
                 // Going idle: free what this thread's writes retired before waiting.
                 release_retired();
-                let direct = !lock(&shared.pending).is_empty();
+                let failed = shared.sled_failed.load(Ordering::Relaxed);
+                let direct = !failed && !lock(&shared.pending).is_empty();
                 let wait = if direct {
                     shared.timing.direct_within
                 } else {
                     shared.timing.rotate_every
                 };
                 match rx.recv_timeout(wait) {
+                    Ok(Work::Wake) => continue,
                     Ok(work) => work,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if shared.sled_failed.load(Ordering::Relaxed) {
+                        if failed || shared.sled_failed.load(Ordering::Relaxed) {
                             continue;
                         }
                         if !lock(&shared.pending).is_empty() {
@@ -161,6 +168,8 @@ pub(super) fn writer(
                 Work::Commit(batch, reply) => group.add(shared, batch, reply, &mut commits),
                 Work::Flush(reply) => flushes.push(reply),
                 Work::Checkpoint(reply) => checkpoint.push(reply),
+                // The group takes the direct writes anyway.
+                Work::Wake => {}
             }
             taken += 1;
             next = if taken < MAX_GROUP {
@@ -186,6 +195,10 @@ pub(super) fn writer(
         if bytes.capacity() > 1024 * 1024 {
             bytes = Vec::new();
             commits = Vec::new();
+        }
+        if let Err(e) = &durable {
+            // Also for the direct writes a timed flush took, which nobody waits for.
+            tracing::error!(error = %e, "store: a journal write failed");
         }
         let fail = |e: &String| StoreError::Backend(format!("journal write failed: {e}"));
         for (batch, reply) in group.accepted {

@@ -268,18 +268,20 @@ impl Shared {
     }
 
     /// A direct (not yet durable) write: into sled now, into the journal with the next
-    /// group.
-    fn apply(&self, batch: &Batch) -> Result<Applied, StoreError> {
+    /// group (or within [`Timing::direct_within`]). Also says whether it is the first
+    /// direct write waiting, for which the writer must be woken.
+    fn apply(&self, batch: &Batch) -> Result<(Applied, bool), StoreError> {
         let mut pending = lock(&self.pending);
         if !self.all_absent(&batch.absent, &HashMap::new())? {
-            return Ok(Applied::Conflict);
+            return Ok((Applied::Conflict, false));
         }
         if batch.ops.is_empty() {
-            return Ok(Applied::Done);
+            return Ok((Applied::Done, false));
         }
         write(&self.trees, &batch.ops)?;
+        let first = pending.is_empty();
         journal::encode(&mut pending, &batch.ops);
-        Ok(Applied::Done)
+        Ok((Applied::Done, first))
     }
 }
 
@@ -323,7 +325,13 @@ impl Store for SledStore {
     }
 
     fn apply(&self, batch: Batch) -> Result<Applied, StoreError> {
-        self.shared.apply(&batch)
+        let (applied, first) = self.shared.apply(&batch)?;
+        if first {
+            // An idle writer may be in a long wait (the quiet fold's): it starts the short
+            // one for direct writes. Failing only when the store is closing.
+            let _ = self.send(Work::Wake);
+        }
+        Ok(applied)
     }
 
     fn next_id(&self) -> Result<u64, StoreError> {

@@ -220,6 +220,10 @@ async fn a_direct_write_is_journalled_soon_without_a_commit() {
         direct_within: std::time::Duration::from_millis(50),
     };
     let s = SledStore::open_timed(dir.path(), Arc::default(), timing).unwrap();
+    // The case to cover: the writer already idle, in the long wait, when the write comes.
+    // (A pause to let it get there, not a wait for a result.)
+    s.flush().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     // A reply's delivered mark, and no commit after it.
     (&s as &dyn Store)
         .put(Tree::Meta, b"delivered", b"1")
