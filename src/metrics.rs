@@ -32,6 +32,11 @@ impl Histogram {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
     fn render(&self, name: &str, labels: &str, out: &mut String) {
         let mut cumulative = 0;
         let sep = if labels.is_empty() { "" } else { "," };
@@ -39,7 +44,7 @@ impl Histogram {
             cumulative += self.counts[i].load(Ordering::Relaxed);
             let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
         }
-        let count = self.count.load(Ordering::Relaxed);
+        let count = self.count();
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
         let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
         let braces = if labels.is_empty() {

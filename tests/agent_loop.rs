@@ -381,15 +381,20 @@ async fn provider_failure_ends_in_a_clear_error_reply() {
 
 #[tokio::test]
 async fn a_setting_the_owner_must_fix_is_not_worth_trying_again() {
-    let h = Harness::with(|c| c.llm.max_retries = 0).await;
+    // With retries allowed: a refusal the owner must fix is asked once, not again.
+    let h = Harness::new().await;
     let refusal = json!({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}});
-    for (status, advice) in [
+    for (i, (status, advice)) in [
         (401, "its owner should check llm.api_key_env."),
         (404, "the gateway's owner should check llm.model."),
         (400, "The gateway's log has the details for its owner."),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         h.llm.push(Reply::error(status, refusal.clone()));
         let out = turn(&h.agent(), &h.store, msg(&format!("t:{status}"), "hello")).await;
+        assert_eq!(h.llm.request_count(), i + 1, "HTTP {status} asked again");
         let text = &out.replies[0].text;
         assert!(
             text.contains(&format!("HTTP {status}")) && text.ends_with(advice),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Env;
-use common::platform::cli;
+use common::platform::{cli, env_with, http_base};
 use switchboard::agent::session::Session;
 use switchboard::store::{SledStore, Store, Tree};
 use switchboard_channel::ChatKey;
@@ -26,28 +26,6 @@ fn fire(base: String, user: &str, text: &str) {
             .send()
             .await;
     });
-}
-
-fn http_base(env: &Env) -> String {
-    // The child listens where the config says; tests pick a free port up front.
-    let text = std::fs::read_to_string(env.config_path()).unwrap();
-    let line = text.lines().find(|l| l.starts_with("http_listen")).unwrap();
-    format!("http://{}", line.split('"').nth(1).unwrap())
-}
-
-fn env_with_port(llm: &FakeLlm) -> Env {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let env = Env::new(&llm.base_url(), "");
-    let path = env.config_path();
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
-    std::fs::write(path, text).unwrap();
-    env
 }
 
 /// Wait until the running gateway has finished `n` turns (their replies and sessions
@@ -74,7 +52,7 @@ fn session_of(env: &Env, key: &str) -> Session {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
     let llm = FakeLlm::start().await;
-    let env = env_with_port(&llm);
+    let env = env_with(&llm.base_url(), "");
     // The first LLM call hangs long enough for the gateway to be killed during it.
     llm.push(Reply::text("too late").with_delay(Duration::from_secs(120)));
     let mut gw = env.spawn();
@@ -125,7 +103,7 @@ async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_zero_within_ten_seconds_and_keeps_in_flight_work() {
     let llm = FakeLlm::start().await;
-    let env = env_with_port(&llm);
+    let env = env_with(&llm.base_url(), "");
     llm.push(Reply::text("never delivered").with_delay(Duration::from_secs(120)));
     let mut gw = env.spawn();
     gw.wait_admin(WAIT);
@@ -362,7 +340,7 @@ async fn doctor_checks_each_part_as_the_gateway_would_use_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_works_offline_and_through_the_admin_api() {
     let llm = FakeLlm::start().await;
-    let env = env_with_port(&llm);
+    let env = env_with(&llm.base_url(), "");
 
     // No gateway: `chat` runs an embedded one, `sessions` open the store directly.
     let (ok, out, err) = cli(&env, &["chat", "hello from the terminal"]);

@@ -50,15 +50,8 @@ async fn when_clocks_go_back_a_wildcard_job_runs_in_both_hours_and_a_fixed_one_o
     let dir = tempfile::tempdir().unwrap();
     // 2026-10-25 02:20 CEST; at 03:00 CEST the clocks go back to 02:00 CET.
     let rig = Rig::start(dir.path(), at("2026-10-25T00:20:00Z"), Config::default()).await;
-    rig.scheduler
-        .add(berlin_job("*/15 * * * *", "quarter"))
-        .await
-        .unwrap();
-    let daily = rig
-        .scheduler
-        .add(berlin_job("30 2 * * *", "daily"))
-        .await
-        .unwrap();
+    rig.add(berlin_job("*/15 * * * *", "quarter")).await;
+    let daily = rig.add(berlin_job("30 2 * * *", "daily")).await;
 
     // Up to 03:00 CET: 7 quarters and one daily.
     assert!(
@@ -87,11 +80,7 @@ async fn when_clocks_go_back_a_wildcard_job_runs_in_both_hours_and_a_fixed_one_o
 async fn a_fixed_time_run_caught_up_in_the_repeated_hour_is_not_repeated() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-10-25T00:20:00Z"), Config::default()).await;
-    let daily = rig
-        .scheduler
-        .add(berlin_job("30 2 * * *", "daily"))
-        .await
-        .unwrap();
+    let daily = rig.add(berlin_job("30 2 * * *", "daily")).await;
     assert_eq!(daily.next_run, Some(at("2026-10-25T00:30:00Z")));
     rig.stop().await;
 
@@ -115,14 +104,8 @@ async fn when_clocks_go_forward_a_fixed_time_in_the_gap_runs_once_when_it_ends()
     let dir = tempfile::tempdir().unwrap();
     // 2026-03-29 01:00 CET; at 02:00 CET the clocks go forward to 03:00 CEST.
     let rig = Rig::start(dir.path(), at("2026-03-29T00:00:00Z"), Config::default()).await;
-    rig.scheduler
-        .add(berlin_job("30 2 * * *", "daily"))
-        .await
-        .unwrap();
-    rig.scheduler
-        .add(berlin_job("10 * * * *", "hourly"))
-        .await
-        .unwrap();
+    rig.add(berlin_job("30 2 * * *", "daily")).await;
+    rig.add(berlin_job("10 * * * *", "hourly")).await;
 
     assert!(
         rig.handler.wait_for(3, 2 * HOUR).await,

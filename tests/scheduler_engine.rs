@@ -47,10 +47,8 @@ async fn a_reminder_fires_at_its_time_as_system_cron_and_the_reply_reaches_the_c
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
     let j = rig
-        .scheduler
         .add(job(ScheduleSpec::At("in 10m".into()), "call mum"))
-        .await
-        .unwrap();
+        .await;
     assert_eq!(j.next_run, Some(at("2026-03-01T12:10:00Z")));
 
     assert!(
@@ -99,13 +97,11 @@ async fn absolute_and_recurring_jobs_fire_on_schedule() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
     let every = rig
-        .scheduler
         .add(job(ScheduleSpec::Every("20m".into()), "stretch"))
-        .await
-        .unwrap();
+        .await;
     let mut new = job(ScheduleSpec::At("2026-03-01 14:05".into()), "meeting");
     new.tz = Some("Europe/Berlin".into());
-    let once = rig.scheduler.add(new).await.unwrap();
+    let once = rig.add(new).await;
     assert_eq!(once.next_run, Some(at("2026-03-01T13:05:00Z")));
 
     assert!(rig.handler.wait_for(4, 2 * HOUR).await);
@@ -137,7 +133,7 @@ async fn a_weekday_cron_job_in_a_timezone_fires_on_monday_morning_local_time() {
     let rig = Rig::start(dir.path(), at("2026-03-04T12:00:00Z"), Config::default()).await;
     let mut new = job(ScheduleSpec::Cron("0 9 * * 1".into()), "weekly review");
     new.tz = Some("America/New_York".into());
-    rig.scheduler.add(new).await.unwrap();
+    rig.add(new).await;
     assert!(rig.handler.wait_for(2, 24 * 15 * HOUR).await);
     for (_, seen) in rig.handler.received().into_iter().take(2) {
         let local = seen.with_timezone(&chrono_tz::America::New_York);
@@ -161,7 +157,7 @@ async fn direct_delivery_sends_the_text_without_a_turn() {
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
     let mut new = job(ScheduleSpec::At("in 5m".into()), "Stand-up in 5 minutes");
     new.delivery = Delivery::Direct;
-    let j = rig.scheduler.add(new).await.unwrap();
+    let j = rig.add(new).await;
     rig.channel.wait_for(1, HOUR).await;
     assert_eq!(rig.channel.sent()[0].text, "Stand-up in 5 minutes");
     assert_eq!(rig.handler.count(), 0, "no turn, no LLM call");
@@ -176,15 +172,9 @@ async fn removed_jobs_do_not_fire_and_run_now_fires_without_touching_the_schedul
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
     let gone = rig
-        .scheduler
         .add(job(ScheduleSpec::At("in 10m".into()), "gone"))
-        .await
-        .unwrap();
-    let kept = rig
-        .scheduler
-        .add(job(ScheduleSpec::At("in 1h".into()), "kept"))
-        .await
-        .unwrap();
+        .await;
+    let kept = rig.add(job(ScheduleSpec::At("in 1h".into()), "kept")).await;
     assert_eq!(rig.scheduler.remove(&gone.id).await.unwrap().id, gone.id);
     assert!(rig.scheduler.remove(&gone.id).await.is_err());
     assert!(rig.scheduler.get(&gone.id).unwrap().is_none());
@@ -218,15 +208,11 @@ async fn jobs_survive_a_restart_and_fire_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
     let j = rig
-        .scheduler
         .add(job(ScheduleSpec::At("in 2h".into()), "later"))
-        .await
-        .unwrap();
+        .await;
     let c = rig
-        .scheduler
         .add(job(ScheduleSpec::Cron("0 * * * *".into()), "hourly"))
-        .await
-        .unwrap();
+        .await;
     rig.stop().await;
 
     // Back 30 minutes later, before anything was due.
@@ -251,10 +237,8 @@ async fn a_one_shot_missed_during_downtime_fires_once_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
     let j = rig
-        .scheduler
         .add(job(ScheduleSpec::At("in 10m".into()), "missed"))
-        .await
-        .unwrap();
+        .await;
     rig.stop().await;
 
     let rig = Rig::start(dir.path(), at("2026-03-01T15:00:00Z"), Config::default()).await;
@@ -282,7 +266,7 @@ async fn downtime(catch_up: CatchUp) -> (Vec<(String, String)>, Vec<Outcome>) {
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
     let mut new = job(ScheduleSpec::Every("1h".into()), "hourly check");
     new.catch_up = catch_up;
-    let j = rig.scheduler.add(new).await.unwrap();
+    let j = rig.add(new).await;
     rig.stop().await;
     // Down from 12:00 to 17:30: runs due 13:00 … 17:00 were missed.
     let rig = Rig::start(dir.path(), at("2026-03-01T17:30:00Z"), Config::default()).await;
@@ -339,19 +323,13 @@ async fn a_recurring_job_skips_a_missed_window_with_catch_up_skip() {
 async fn jobs_added_while_others_fire_are_never_lost() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
-    let ticker = rig
-        .scheduler
-        .add(job(ScheduleSpec::Every("1s".into()), "tick"))
-        .await
-        .unwrap();
+    let ticker = rig.add(job(ScheduleSpec::Every("1s".into()), "tick")).await;
     let mut added = Vec::new();
     for i in 0..20 {
         tokio::time::sleep(Duration::from_millis(700)).await;
         let j = rig
-            .scheduler
             .add(job(ScheduleSpec::At("in 1h".into()), &format!("added {i}")))
-            .await
-            .unwrap();
+            .await;
         added.push(j.id);
     }
     rig.stop().await;
@@ -379,10 +357,10 @@ async fn reminders_lists_this_chats_jobs_in_their_timezone() {
     );
     let mut new = job(ScheduleSpec::At("tomorrow 09:00".into()), "call mum");
     new.tz = Some("Europe/Berlin".into());
-    let j = rig.scheduler.add(new).await.unwrap();
+    let j = rig.add(new).await;
     let mut other = job(ScheduleSpec::Every("1h".into()), "not here");
     other.key = "test:other".parse().unwrap();
-    rig.scheduler.add(other).await.unwrap();
+    rig.add(other).await;
     let text = rig.scheduler.reminders_text(&key());
     assert!(text.starts_with("Reminders in this chat (1):"), "{text}");
     assert!(text.contains(&j.id), "{text}");

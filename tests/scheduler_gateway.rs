@@ -23,6 +23,14 @@ fn ann() -> Sender {
     }
 }
 
+/// `switchboard cron add --key KEY <schedule…> --message MESSAGE`.
+fn cron_add(env: &Env, key: &str, schedule: &[&str], message: &str) -> (bool, String, String) {
+    let mut args = vec!["cron", "add", "--key", key];
+    args.extend_from_slice(schedule);
+    args.extend(["--message", message]);
+    cli(env, &args)
+}
+
 #[tokio::test]
 async fn a_reminder_set_by_the_model_fires_into_its_chat() {
     let llm = FakeLlm::start().await;
@@ -80,36 +88,15 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
     // Offline: bad input is refused with a clear message and nothing is stored.
-    let (ok, _, err) = cli(
+    let (ok, _, err) = cron_add(
         &env,
-        &[
-            "cron",
-            "add",
-            "--key",
-            "api:ops",
-            "--cron",
-            "0 9 * * *",
-            "--tz",
-            "Europe/Berln",
-            "--message",
-            "x",
-        ],
+        "api:ops",
+        &["--cron", "0 9 * * *", "--tz", "Europe/Berln"],
+        "x",
     );
     assert!(!ok);
     assert!(err.contains("Europe/Berlin"), "{err}");
-    let (ok, _, err) = cli(
-        &env,
-        &[
-            "cron",
-            "add",
-            "--key",
-            "telgram:42",
-            "--every",
-            "1h",
-            "--message",
-            "x",
-        ],
-    );
+    let (ok, _, err) = cron_add(&env, "telgram:42", &["--every", "1h"], "x");
     assert!(!ok);
     assert!(
         err.contains("unknown channel `telgram` in `telgram:42`"),
@@ -119,19 +106,7 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
     assert!(ok);
     assert!(out.contains("no jobs"), "{out}");
     // Offline, `cron run` queues the run: the gateway runs it when it starts.
-    let (ok, out, err) = cli(
-        &env,
-        &[
-            "cron",
-            "add",
-            "--key",
-            "api:ops",
-            "--every",
-            "7d",
-            "--message",
-            "weekly backup check",
-        ],
-    );
+    let (ok, out, err) = cron_add(&env, "api:ops", &["--every", "7d"], "weekly backup check");
     assert!(ok, "{err}");
     // `api:ops\t<id> — …`
     let id = out.split('\t').nth(1).unwrap().split(' ').next().unwrap();
@@ -150,35 +125,14 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
         .await
         .expect("the queued run ran when the gateway started");
     assert!(run.last_user_text().contains("scheduled job"));
-    let (ok, out, err) = cli(
-        &env,
-        &[
-            "cron",
-            "add",
-            "--key",
-            "api:ops",
-            "--at",
-            "in 2s",
-            "--message",
-            "stand-up time",
-        ],
-    );
+    let (ok, out, err) = cron_add(&env, "api:ops", &["--at", "in 2s"], "stand-up time");
     assert!(ok, "{err}");
     assert!(out.contains("api:ops"), "{out}");
-    let (ok, out, err) = cli(
+    let (ok, out, err) = cron_add(
         &env,
-        &[
-            "cron",
-            "add",
-            "--key",
-            "api:ops",
-            "--cron",
-            "0 9 * * MON-FRI",
-            "--tz",
-            "Europe/Berlin",
-            "--message",
-            "weekday digest",
-        ],
+        "api:ops",
+        &["--cron", "0 9 * * MON-FRI", "--tz", "Europe/Berlin"],
+        "weekday digest",
     );
     assert!(ok, "{err}");
     assert!(out.contains("weekday digest"), "{out}");

@@ -101,10 +101,8 @@ async fn check(
         Err(ChannelError::Unauthorized(e) | ChannelError::Other(e)) => e,
         Ok(()) => String::new(),
     };
-    assert!(
-        logs().contains(failed) || reports.all().contains(failed),
-        "the failure was not reported"
-    );
+    // In the log itself, so that its check below covers a real failure line.
+    assert!(logs().contains(failed), "the failure was not logged");
     assert_clean("a connection report", &reports.all(), secrets);
     assert_clean("a send error", &error, secrets);
     assert_clean("the channel's end", &ended, secrets);

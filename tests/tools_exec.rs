@@ -53,6 +53,8 @@ async fn the_configured_tool_timeout_caps_the_commands_own() {
         json!({"command": "sleep 60 & echo $! > pid; wait"}),
         json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 300}),
     ] {
+        // Each round's own pid: a round that never wrote one must not check the last one's.
+        let _ = std::fs::remove_file(dir.path().join("pid"));
         let started = Instant::now();
         let r = exec_within(dir.path(), args, Duration::from_secs(1)).await;
         assert_eq!(r, Err(ToolError::Failed("exec timed out after 1s".into())));

@@ -231,6 +231,11 @@ impl Rig {
         }
     }
 
+    /// Add `new` through the scheduler; it must be accepted.
+    pub async fn add(&self, new: switchboard::scheduler::NewJob) -> switchboard::scheduler::Job {
+        self.scheduler.add(new).await.expect("the job is accepted")
+    }
+
     /// Shut down and release the store (so it can be reopened: a restart).
     pub async fn stop(self) {
         self.shutdown.cancel();
