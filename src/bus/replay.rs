@@ -63,38 +63,36 @@ impl Bus {
         Ok(n)
     }
 
-    /// As a turn begins: count the start of the message of `batch` resumed after a crash
-    /// (it runs alone), durably, before the turn runs. One past [`MAX_RESUMES`] leaves the
-    /// batch and the inbox, and a person who sent it is told. Should the count not be
-    /// stored, the turn runs uncounted.
+    /// As a turn begins: count the start of a message resumed after a crash (it runs
+    /// alone, so its batch is just it), durably, before the turn runs. Past [`MAX_RESUMES`]
+    /// it leaves the batch and the inbox, and a person who sent it is told. Should the
+    /// count not be stored, the turn runs uncounted.
     pub(super) async fn count_starts(&self, batch: &mut Vec<Queued>) {
-        if !batch.iter().any(|q| q.counted) {
+        let [q] = batch.as_mut_slice() else {
+            return;
+        };
+        if !q.counted {
             return;
         }
+        q.counted = false;
         let (mut writes, mut told) = (Batch::default(), Vec::new());
-        let mut given_up = Vec::new();
-        let mut counted = Vec::new();
-        for q in batch.iter_mut().filter(|q| q.counted) {
-            q.counted = false;
-            let mut msg = q.msg.clone();
-            match count_resume(&q.seq.to_be_bytes(), &mut msg, &mut writes, &mut told) {
-                Ok(true) => counted.push((q.seq, msg)),
-                Ok(false) => given_up.push(q.seq),
-                Err(e) => {
-                    tracing::error!(id = %q.msg.id, "cannot count a resumed turn's start: {e}")
-                }
+        let mut msg = q.msg.clone();
+        let run = match count_resume(&q.seq.to_be_bytes(), &mut msg, &mut writes, &mut told) {
+            Ok(run) => run,
+            Err(e) => {
+                tracing::error!(id = %q.msg.id, "cannot count a resumed turn's start: {e}");
+                return;
             }
-        }
+        };
         if let Err(e) = self.record_then_deliver(told, writes).await {
             tracing::error!("could not store a resumed turn's start; it runs uncounted: {e}");
             return;
         }
-        for (seq, msg) in counted {
-            if let Some(q) = batch.iter_mut().find(|q| q.seq == seq) {
-                q.msg = msg;
-            }
+        if run {
+            q.msg = msg;
+        } else {
+            batch.clear();
         }
-        batch.retain(|q| !given_up.contains(&q.seq));
     }
 }
 

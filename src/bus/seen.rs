@@ -90,13 +90,13 @@ pub(super) fn prune(
         removed += refile_bare_ids(store, first_kept, &mut batch)?;
         batch.put(Tree::Meta, FILED_BY_DAY, b"1".to_vec());
     }
-    // Keys filed by day start with a zero byte (day numbers are below 2^24 until the
-    // year 47 000), bare ids with a printable one; the walk stops at the first kept day.
     if !batch.is_empty() {
         store.apply(std::mem::take(&mut batch))?;
     }
     loop {
         let mut more = false;
+        // Keys filed by day start with a zero byte (day numbers are below 2^24 until the
+        // year 47 000), bare ids with a printable one; the walk stops at the first kept day.
         store.for_each(Tree::Seen, &[0], &mut |k, _| {
             let Some(d) = k.get(..4).and_then(|d| <[u8; 4]>::try_from(d).ok()) else {
                 return true;

@@ -96,10 +96,10 @@ impl SledStore {
             // Durability comes from the journal; sled is flushed at checkpoints.
             .flush_every_ms(None)
             .cache_capacity(CACHE_BYTES);
-        let locked = |e: &sled::Error| {
-            matches!(e, sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock
-                || io.to_string().contains("lock"))
+        let locked_io = |io: &std::io::Error| {
+            io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock")
         };
+        let locked = |e: &sled::Error| matches!(e, sled::Error::Io(io) if locked_io(io));
         let waited = std::time::Instant::now();
         let db = loop {
             match config.open() {
@@ -113,12 +113,7 @@ impl SledStore {
             }
         }
         .map_err(|e| match e {
-            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                StoreError::Locked(io.to_string())
-            }
-            sled::Error::Io(io) if io.to_string().contains("lock") => {
-                StoreError::Locked(io.to_string())
-            }
+            sled::Error::Io(io) if locked_io(&io) => StoreError::Locked(io.to_string()),
             other => StoreError::Backend(other.to_string()),
         })?;
         let trees = Tree::ALL
