@@ -196,7 +196,7 @@ pub async fn run(
                     Some(Ok(text)) => text,
                     Some(Err(e)) => {
                         tracing::debug!(tool = %call.name, "tool error: {e}");
-                        switchboard_channel::redact(&format!("error: {e}")).into_owned()
+                        switchboard_channel::redact_owned(format!("error: {e}"))
                     }
                     None => {
                         cancelled = true;

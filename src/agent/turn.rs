@@ -69,12 +69,8 @@ impl Agent {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(%key, "cannot load the session: {e}");
-                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
                 let text = "⚠️ I couldn't read this conversation's history, so I left it untouched (the gateway's log says why). Send /new to start a fresh conversation.";
-                return Ok(TurnOutput {
-                    replies: vec![Self::reply(last, text, OutboundKind::Error)],
-                    writes: Batch::default(),
-                });
+                return Ok(self.failed(last, text, None, Batch::default()));
             }
         };
         let model = last
@@ -162,15 +158,9 @@ impl Agent {
             LoopEnd::Answer(text)
                 if text.trim().is_empty() && last.origin == Origin::User && !used_tools =>
             {
-                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%key, "the model answered nothing");
                 let text = "⚠️ The language model gave an empty answer. Please try again.";
-                return Ok(TurnOutput {
-                    replies: vec![
-                        Self::reply(last, text, OutboundKind::Error).with_usage(state.usage),
-                    ],
-                    writes,
-                });
+                return Ok(self.failed(last, text, Some(state.usage), writes));
             }
             LoopEnd::Answer(text) => (text, OutboundKind::Final),
             LoopEnd::Limit(text) => (text, OutboundKind::Final),
@@ -191,29 +181,17 @@ impl Agent {
                 });
             }
             LoopEnd::Overflow => {
-                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
                 let text = "⚠️ This conversation is too long for the model even after condensing it. Send /new to start fresh.";
-                return Ok(TurnOutput {
-                    replies: vec![
-                        Self::reply(last, text, OutboundKind::Error).with_usage(state.usage),
-                    ],
-                    writes,
-                });
+                return Ok(self.failed(last, text, Some(state.usage), writes));
             }
             LoopEnd::Failed(e) => {
-                self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(%key, "turn failed: {e}");
                 let text = format!(
                     "⚠️ Sorry, I couldn't get an answer from the language model ({}). {}",
                     e.brief(),
                     e.advice()
                 );
-                return Ok(TurnOutput {
-                    replies: vec![
-                        Self::reply(last, text, OutboundKind::Error).with_usage(state.usage),
-                    ],
-                    writes,
-                });
+                return Ok(self.failed(last, text, Some(state.usage), writes));
             }
         };
         let heartbeat_ok = last.origin == Origin::System(SystemOrigin::Heartbeat)
@@ -232,6 +210,24 @@ impl Agent {
             vec![Self::reply(last, reply, kind).with_usage(state.usage)]
         };
         Ok(TurnOutput { replies, writes })
+    }
+
+    /// A failed turn: counted, and `text` the error reply to `last` (with the tokens
+    /// spent, once the model was asked), beside `writes`.
+    fn failed(
+        &self,
+        last: &InboundMessage,
+        text: impl Into<String>,
+        usage: Option<switchboard_channel::TokenUsage>,
+        writes: Batch,
+    ) -> TurnOutput {
+        self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
+        let mut reply = Self::reply(last, text, OutboundKind::Error);
+        reply.usage = usage;
+        TurnOutput {
+            replies: vec![reply],
+            writes,
+        }
     }
 
     fn store_session(

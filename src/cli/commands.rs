@@ -192,15 +192,10 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
         }
         // Found as the Messages API is (the base with or without /v1), with its version
         // header.
-        crate::config::Provider::Anthropic => {
-            let rb = http
-                .get(crate::llm::anthropic::endpoint(base, "models"))
-                .header("anthropic-version", "2023-06-01");
-            match &key {
-                Some(k) => rb.header("x-api-key", k),
-                None => rb,
-            }
-        }
+        crate::config::Provider::Anthropic => crate::llm::anthropic::with_headers(
+            http.get(crate::llm::anthropic::endpoint(base, "models")),
+            key.as_deref(),
+        ),
     };
     match rb.send().await {
         Ok(r) if r.status().is_success() => {

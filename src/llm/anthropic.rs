@@ -19,6 +19,15 @@ use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, Too
 /// The API version header every request carries.
 const VERSION: &str = "2023-06-01";
 
+/// `rb` with the headers every Anthropic request carries: the API version, and the key.
+pub fn with_headers(rb: reqwest::RequestBuilder, key: Option<&str>) -> reqwest::RequestBuilder {
+    let rb = rb.header("anthropic-version", VERSION);
+    match key {
+        Some(k) => rb.header("x-api-key", k),
+        None => rb,
+    }
+}
+
 /// Client for the Anthropic Messages API.
 pub struct Anthropic {
     http: reqwest::Client,
@@ -253,14 +262,8 @@ impl LlmProvider for Anthropic {
         req: &LlmRequest,
         on_delta: Option<DeltaSink>,
     ) -> Result<LlmResponse, LlmError> {
-        let mut rb = self
-            .http
-            .post(&self.url)
-            .header("anthropic-version", VERSION)
-            .json(&Self::body(req));
-        if let Some(key) = &self.api_key {
-            rb = rb.header("x-api-key", key);
-        }
+        let rb =
+            with_headers(self.http.post(&self.url), self.api_key.as_deref()).json(&Self::body(req));
         let resp = send_checked(rb).await?;
         let on_delta = on_delta.unwrap_or_else(|| Arc::new(|_: &str| {}));
         let mut asm = Assembly::default();

@@ -44,6 +44,14 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     out
 }
 
+/// [`redact`] for a `String` the caller owns: no copy when nothing matched.
+pub fn redact_owned(text: String) -> String {
+    match redact(&text) {
+        Cow::Borrowed(_) => text,
+        Cow::Owned(cleaned) => cleaned,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
-use switchboard_channel::redact;
+use switchboard_channel::redact_owned;
 
 use super::tool::{Tool, ToolContext, ToolError};
 use crate::llm::ToolSpec;
@@ -136,7 +136,7 @@ impl Registry {
             // A command's output or a file may hold a secret (the admin token, a key in a
             // note): out before the cut, so none is left half-shown, and the model never
             // sees it to repeat or stream it.
-            Ok(r) => r.map(|s| cap(redact(&s).into_owned(), MAX_RESULT_CHARS)),
+            Ok(r) => r.map(|s| cap(redact_owned(s), MAX_RESULT_CHARS)),
             Err(_) => Err(ToolError::Failed(format!(
                 "{name} timed out after {}s",
                 timeout.as_secs_f64()
