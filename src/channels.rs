@@ -10,6 +10,19 @@ use tokio_util::task::TaskTracker;
 use crate::bus::ChannelRegistry;
 use crate::gateway::Shared;
 
+/// The channels this build serves, by the name their chat keys start with: the HTTP API,
+/// the terminal, and each adapter compiled in (whether or not the config enables it now).
+pub fn built_in() -> Vec<&'static str> {
+    let mut names = vec!["api", "cli"];
+    #[cfg(feature = "discord")]
+    names.push("discord");
+    #[cfg(feature = "slack")]
+    names.push("slack");
+    #[cfg(feature = "telegram")]
+    names.push("telegram");
+    names
+}
+
 /// Register `ch` and run it until shutdown; a fatal error leaves it down with a reason.
 #[cfg_attr(
     not(any(feature = "telegram", feature = "discord", feature = "slack")),

@@ -370,12 +370,15 @@ impl Default for CronConfig {
 
 /// Read a secret from the environment variable a `*_env` key names; empty counts as unset.
 /// Surrounding whitespace is not part of it (a line end from an env file: `\r`, `\n`).
+/// Every secret is read here, so the redactor knows each one before it can be used.
 pub fn secret(env_name: &str) -> Option<String> {
     if env_name.is_empty() {
         return None;
     }
-    std::env::var(env_name)
+    let value = std::env::var(env_name)
         .ok()
         .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
+        .filter(|v| !v.is_empty())?;
+    switchboard_channel::redact::register(&value);
+    Some(value)
 }

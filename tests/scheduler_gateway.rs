@@ -136,6 +136,13 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
     );
     assert!(ok, "{err}");
     assert!(out.contains("weekday digest"), "{out}");
+    // The running gateway refuses a key no channel serves, as the offline CLI did.
+    let (ok, _, err) = cron_add(&env, "telgram:42", &["--every", "1h"], "x");
+    assert!(!ok);
+    assert!(
+        err.contains("unknown channel `telgram` in `telgram:42`"),
+        "{err}"
+    );
     let reqs = llm
         .wait_for_request(|r| r.last_user_text().contains("stand-up time"), WAIT)
         .await

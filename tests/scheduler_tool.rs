@@ -102,6 +102,19 @@ async fn the_tool_is_scoped_to_the_chat_unless_the_sender_is_the_owner() {
     assert!(e.to_string().contains("no job with id"), "{e}");
     assert!(rig.scheduler.get(&a_id).unwrap().is_some());
 
+    // Not even the owner can schedule for a channel this gateway does not have.
+    let e = tool
+        .call(
+            json!({"action": "add", "message": "x", "every": "1h", "key": "telgram:42"}),
+            &owner,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ToolError::InvalidArguments(m) if m.contains("unknown channel `telgram` in `telgram:42`")),
+        "{e:?}"
+    );
+
     // The owner sees everything and may act on any chat.
     let list: Value =
         serde_json::from_str(&tool.call(json!({"action": "list"}), &owner).await.unwrap()).unwrap();

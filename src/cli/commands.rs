@@ -481,17 +481,6 @@ pub async fn cron(loaded: &Loaded, action: CronAction) -> anyhow::Result<()> {
             message,
         } => {
             let key: ChatKey = key.parse().context("--key")?;
-            // A job for a chat no channel serves would cost a model call at every run and
-            // keep its reply for ever.
-            const CHANNELS: [&str; 5] = ["telegram", "discord", "slack", "api", "cli"];
-            if !CHANNELS.contains(&key.channel.as_str()) {
-                bail!(
-                    "--key: unknown channel `{}` in `{key}`; the key is <channel>:<chat id> with \
-                     a channel of {}",
-                    key.channel,
-                    CHANNELS.join(", ")
-                );
-            }
             let spec = match (at, every, cron) {
                 (Some(a), None, None) => ScheduleSpec::At(a),
                 (None, Some(e), None) => ScheduleSpec::Every(e),

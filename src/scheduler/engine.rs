@@ -91,12 +91,29 @@ impl Scheduler {
         Ok(())
     }
 
+    /// A job for a chat no channel serves would cost a model call at every run and keep
+    /// its reply for ever: its key must name a channel of this build (or one registered on
+    /// the bus, like the tests' own).
+    fn check_channel(&self, key: &ChatKey) -> Result<(), ScheduleError> {
+        let known = crate::channels::built_in();
+        let registered = |b: &Arc<Bus>| b.outbox().has_channel(&key.channel);
+        if known.contains(&key.channel.as_str()) || self.bus.as_ref().is_some_and(registered) {
+            return Ok(());
+        }
+        Err(ScheduleError::UnknownChannel {
+            channel: key.channel.clone(),
+            key: key.to_string(),
+            known: known.join(", "),
+        })
+    }
+
     /// Validate and store a new job; it is durable and armed when this returns.
     pub async fn add(&self, new: NewJob) -> Result<Job, ScheduleError> {
         // A job added now would never fire: say so rather than store it.
         if !self.config.cron.enabled {
             return Err(ScheduleError::Disabled);
         }
+        self.check_channel(&new.key)?;
         let message = new.message.trim();
         if message.is_empty() {
             return Err(ScheduleError::EmptyMessage);

@@ -71,6 +71,15 @@ pub enum ScheduleError {
     Never(String),
     #[error("unknown timezone {tz:?}{hint}: use an IANA name like \"Europe/Berlin\"")]
     UnknownTimezone { tz: String, hint: String },
+    #[error(
+        "unknown channel `{channel}` in `{key}`: a key is <channel>:<chat id> with a channel \
+         of {known}"
+    )]
+    UnknownChannel {
+        channel: String,
+        key: String,
+        known: String,
+    },
     #[error("no job with id {0:?}")]
     NotFound(String),
     #[error("the gateway is stopping: run the job again once it is back")]

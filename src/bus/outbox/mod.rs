@@ -109,6 +109,11 @@ impl Outbox {
         &self.channels
     }
 
+    /// Whether a channel of that name is registered (it may not have connected yet).
+    pub fn has_channel(&self, name: &str) -> bool {
+        self.channel(name).is_some()
+    }
+
     fn channel(&self, name: &str) -> Option<Arc<dyn Channel>> {
         self.channels
             .read()
