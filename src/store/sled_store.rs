@@ -39,9 +39,9 @@ pub struct SledStore {
     /// Work for the writer thread; `None` once the store is dropped.
     writer: Option<mpsc::Sender<Work>>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// Above every inbox and outbox sequence found at open: sled persists its id counter
-    /// only when it flushes, so after a crash before a brand-new store's first flush it
-    /// would start over below the entries the journal restored.
+    /// Above every inbox and outbox sequence found at open. A store is flushed when it is
+    /// created, so sled restores its counter past them; this is the backstop for one that
+    /// an older version left unflushed after a crash.
     id_floor: AtomicU64,
 }
 
@@ -116,6 +116,12 @@ impl SledStore {
             sled::Error::Io(io) if locked_io(&io) => StoreError::Locked(io.to_string()),
             other => StoreError::Backend(other.to_string()),
         })?;
+        // sled restores its id counter (plus a margin) only from a store it flushed once:
+        // a new store that crashed before its first checkpoint would hand out the ids of
+        // what the journal restored again (a cron job's id, overwriting that job).
+        if !db.was_recovered() {
+            db.flush().map_err(backend)?;
+        }
         let trees = Tree::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))

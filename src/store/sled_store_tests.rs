@@ -331,6 +331,28 @@ async fn ids_stay_above_what_the_journal_restored_after_an_early_crash() {
 }
 
 #[tokio::test]
+async fn ids_kept_outside_the_inbox_and_outbox_are_not_handed_out_again_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let crashed = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    // A job id, say: only the cron tree holds it.
+    let first = s.next_id().unwrap();
+    let mut b = Batch::default();
+    b.put(Tree::Cron, format!("j{first}"), "job");
+    s.commit(b).await.unwrap();
+    // Killed at once, before any checkpoint.
+    copy_dir(dir.path(), crashed.path());
+    let s = SledStore::open(crashed.path()).unwrap();
+    assert!(
+        s.get(Tree::Cron, format!("j{first}").as_bytes())
+            .unwrap()
+            .is_some()
+    );
+    let next = s.next_id().unwrap();
+    assert!(next > first, "{next} is {first} again");
+}
+
+#[tokio::test]
 async fn a_second_open_reports_locked() {
     let dir = tempfile::tempdir().unwrap();
     let _a = SledStore::open(dir.path()).unwrap();
