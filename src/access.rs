@@ -25,10 +25,23 @@ pub fn listed(access: &Access, msg: &InboundMessage) -> bool {
         .map(|u| u.trim_start_matches('@'));
     access.allow_from.iter().any(|entry| {
         let e = entry.trim();
-        e == "*"
-            || e == msg.sender.id
-            || username.is_some_and(|u| u.eq_ignore_ascii_case(e.trim_start_matches('@')))
+        let by_name = |u: &str| match e.strip_prefix('@') {
+            Some(name) => u.eq_ignore_ascii_case(name),
+            None => !id_like(e) && u.eq_ignore_ascii_case(e),
+        };
+        e == "*" || e == msg.sender.id || username.is_some_and(by_name)
     })
+}
+
+/// An entry written like a user id matches only the id: anyone may pick a username of
+/// digits (Discord) or one that reads like a Slack id, and would pass as the owner listed
+/// by id. Numbers (Telegram, Discord) and `U…`/`W…` (Slack) are ids; `@name` is a name.
+fn id_like(e: &str) -> bool {
+    let slack = e.len() >= 9
+        && (e.starts_with('U') || e.starts_with('W'))
+        && e.chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+    slack || (!e.is_empty() && e.chars().all(|c| c.is_ascii_digit()))
 }
 
 /// Decide for a user message; `approved` says whether the sender was approved by pairing.
@@ -119,6 +132,30 @@ mod tests {
             decide(&star, &msg("7", None, false, false), false),
             Decision::Allow
         );
+    }
+
+    #[test]
+    fn an_id_entry_is_never_matched_by_a_username() {
+        let a = access(
+            DmPolicy::Allowlist,
+            &["80351110224678912", "U0123ABCD", "@4242", "carol"],
+            GroupPolicy::Mention,
+        );
+        // Someone who named themselves after the owner's id is not the owner.
+        assert!(!listed(
+            &a,
+            &msg("666", Some("80351110224678912"), false, false)
+        ));
+        assert!(!listed(&a, &msg("U0666", Some("u0123abcd"), false, false)));
+        assert!(listed(
+            &a,
+            &msg("80351110224678912", Some("x"), false, false)
+        ));
+        assert!(listed(&a, &msg("U0123ABCD", None, false, false)));
+        // Written as a name, a name of digits is one; names match whatever their case.
+        assert!(listed(&a, &msg("7", Some("4242"), false, false)));
+        assert!(listed(&a, &msg("7", Some("@Carol"), false, false)));
+        assert!(!listed(&a, &msg("7", Some("dave"), false, false)));
     }
 
     #[test]

@@ -204,12 +204,12 @@ impl OutboundMessage {
     }
 }
 
-/// The chat command a text is, lowercased and without a `@botname` suffix
-/// (`"/Stop@my_bot now"` → `"stop"`); `None` when the text does not start with `/`.
+/// The chat command a text is, lowercased (`"/Stop now"` → `"stop"`); `None` when the text
+/// does not start with `/`, or names another bot: adapters strip the bot's own `@name`
+/// (`/stop@my_bot` arrives as `/stop`), so a `/new@other_bot` left is not for us.
 pub fn command_name(text: &str) -> Option<String> {
     let word = text.trim().strip_prefix('/')?.split_whitespace().next()?;
-    let name = word.split('@').next().unwrap_or(word);
-    (!name.is_empty()).then(|| name.to_lowercase())
+    (!word.is_empty() && !word.contains('@')).then(|| word.to_lowercase())
 }
 
 #[cfg(test)]
@@ -217,12 +217,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn command_names_ignore_case_bot_suffix_and_arguments() {
+    fn command_names_ignore_case_and_arguments_but_not_other_bots() {
         assert_eq!(command_name("/new").as_deref(), Some("new"));
-        assert_eq!(
-            command_name("  /Status@my_bot extra").as_deref(),
-            Some("status")
-        );
+        assert_eq!(command_name("  /Status extra").as_deref(), Some("status"));
+        assert_eq!(command_name("/new@other_bot"), None);
         assert_eq!(command_name("/STOP now").as_deref(), Some("stop"));
         assert_eq!(command_name("hello /new"), None);
         assert_eq!(command_name("/"), None);

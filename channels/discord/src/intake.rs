@@ -6,12 +6,14 @@ use serenity::model::channel::{Message, MessageFlags, MessageType};
 use serenity::model::id::{RoleId, UserId};
 use switchboard_channel::{Attachment, AttachmentKind, ChatKey, InboundMessage, Sender};
 
-/// Whether serenity `msg` should reach the gateway at all: not ours, not another bot's, and a
-/// message a person typed (not a join, pin or other system notice).
+/// Whether serenity `msg` should reach the gateway at all: not ours, not another bot's, a
+/// message a person typed (not a join, pin or other system notice), with text or files (a
+/// sticker, poll or embed alone would be a turn about nothing).
 pub(crate) fn wanted(msg: &Message, bot_id: UserId) -> bool {
     msg.author.id != bot_id
         && !msg.author.bot
         && matches!(msg.kind, MessageType::Regular | MessageType::InlineReply)
+        && (!msg.content.trim().is_empty() || !msg.attachments.is_empty())
 }
 
 /// Remove a leading `<@id>` / `<@!id>` (or `<@&role>` of the bot's role) and the space after it.

@@ -91,7 +91,7 @@ async fn guild_mention_dm_reply_and_plain_messages_are_published_faithfully() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn own_and_other_bot_messages_are_not_published() {
+async fn own_other_bot_and_empty_messages_are_not_published() {
     let h = common::start().await;
     h.fake.push_message_create(IncomingMessage::guild(
         CHAN,
@@ -103,6 +103,9 @@ async fn own_and_other_bot_messages_are_not_published() {
         Author::bot(55, "otherbot"),
         "hey bot",
     ));
+    // A sticker alone: no text, no file.
+    h.fake
+        .push_message_create(IncomingMessage::guild(CHAN, alice(), ""));
     let last = h
         .fake
         .push_message_create(IncomingMessage::guild(CHAN, alice(), "human here"));
