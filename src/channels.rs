@@ -23,6 +23,12 @@ pub fn built_in() -> Vec<&'static str> {
     names
 }
 
+/// Chats of the HTTP API and the terminal get the answers to their own requests and
+/// nothing else: no reminder, heartbeat or `message` can reach them unasked.
+pub fn answers_only(key: &switchboard_channel::ChatKey) -> bool {
+    matches!(key.channel.as_str(), "api" | "cli")
+}
+
 /// Register `ch` and run it until shutdown; a fatal error leaves it down with a reason.
 #[cfg_attr(
     not(any(feature = "telegram", feature = "discord", feature = "slack")),

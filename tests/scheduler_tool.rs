@@ -115,6 +115,16 @@ async fn the_tool_is_scoped_to_the_chat_unless_the_sender_is_the_owner() {
         "{e:?}"
     );
 
+    // Nor for a chat that only gets answers to its requests: the reminder would reach nobody.
+    let e = tool
+        .call(add("ping"), &ctx("api:alice".parse().unwrap(), true))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Refused(m) if m.contains("cannot reach api:alice")),
+        "{e:?}"
+    );
+
     // The owner sees everything and may act on any chat.
     let list: Value =
         serde_json::from_str(&tool.call(json!({"action": "list"}), &owner).await.unwrap()).unwrap();

@@ -49,6 +49,9 @@ pub trait StreamRegistry: Send + Sync + 'static {
     /// The turn for `inbound_id` was stopped and will send no reply: whoever waits for one
     /// (an API request) is told so now.
     fn stopped(&self, _inbound_id: &str) {}
+    /// The turn for `inbound_id` ended with nothing to say (its tools did the work, or the
+    /// model chose silence after them): whoever waits for a reply gets an empty one now.
+    fn silent(&self, _inbound_id: &str, _usage: switchboard_channel::TokenUsage) {}
 }
 
 /// An extra chat command answered without the LLM (`/reminders`).

@@ -148,7 +148,8 @@ impl Agent {
             .await;
         }
         let mut writes = Batch::default();
-        if last.origin == Origin::User {
+        // The heartbeat's `last` chat: one it can reach.
+        if last.origin == Origin::User && !crate::channels::answers_only(key) {
             writes.put(Tree::Meta, "last_active", key.to_string());
         }
         // A turn that used tools may have done its work (a `message` sent) and say nothing.
@@ -205,6 +206,9 @@ impl Agent {
             self.store_session(&mut session, user, state.produced, key, &mut writes);
         }
         let replies = if reply.trim().is_empty() || heartbeat_ok {
+            if let Some(streams) = &self.streams {
+                streams.silent(&last.id, state.usage);
+            }
             Vec::new()
         } else {
             vec![Self::reply(last, reply, kind).with_usage(state.usage)]

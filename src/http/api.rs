@@ -32,7 +32,8 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
 struct Waiter {
     key: ChatKey,
     reply: oneshot::Sender<OutboundMessage>,
-    deltas: Option<mpsc::Sender<String>>,
+    /// Unbounded: a slow reader must not lose text (an answer is at most `max_tokens`).
+    deltas: Option<mpsc::UnboundedSender<String>>,
 }
 
 /// Replies for API requests, routed to the HTTP request waiting for them. The CLI's `cli`
@@ -104,7 +105,7 @@ impl ApiChannel {
         &self,
         id: &str,
         key: &ChatKey,
-        deltas: Option<mpsc::Sender<String>>,
+        deltas: Option<mpsc::UnboundedSender<String>>,
     ) -> oneshot::Receiver<OutboundMessage> {
         let (tx, rx) = oneshot::channel();
         let waiter = Waiter {
@@ -148,20 +149,32 @@ impl StreamRegistry for ApiChannel {
             .deltas
             .clone()?;
         Some(Arc::new(move |d: &str| {
-            // A slow reader loses nothing: the final reply carries the whole text.
-            let _ = tx.try_send(d.to_string());
+            // Fails only once the request is gone.
+            let _ = tx.send(d.to_string());
         }))
     }
 
     fn stopped(&self, inbound_id: &str) {
+        self.answer_now(inbound_id, "Stopped.", None);
+    }
+
+    fn silent(&self, inbound_id: &str, usage: TokenUsage) {
+        self.answer_now(inbound_id, "", Some(usage));
+    }
+}
+
+impl ApiChannel {
+    /// Answer the request waiting for `inbound_id`, if one still does, with `text`.
+    fn answer_now(&self, inbound_id: &str, text: &str, usage: Option<TokenUsage>) {
         let waiter = self
             .waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(inbound_id);
         if let Some(w) = waiter {
-            let mut reply = OutboundMessage::new(w.key, "Stopped.");
+            let mut reply = OutboundMessage::new(w.key, text);
             reply.in_reply_to_inbound = Some(inbound_id.to_string());
+            reply.usage = usage;
             let _ = w.reply.send(reply);
         }
     }
@@ -233,14 +246,14 @@ type Refusal = (StatusCode, &'static str, &'static str);
 /// 0.0.0.0 must not hand them to the network unasked).
 fn access(token: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Result<(), Refusal> {
     let Some(token) = token else {
-        if peer.to_canonical().is_loopback() {
-            return Ok(());
+        if !peer.to_canonical().is_loopback() {
+            return Err((
+                StatusCode::FORBIDDEN,
+                "the API answers only clients on the gateway's own machine until SWITCHBOARD_API_TOKEN is set",
+                "permission_error",
+            ));
         }
-        return Err((
-            StatusCode::FORBIDDEN,
-            "the API answers only clients on the gateway's own machine until SWITCHBOARD_API_TOKEN is set",
-            "permission_error",
-        ));
+        return local_only(headers);
     };
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -260,6 +273,63 @@ fn access(token: Option<&str>, headers: &HeaderMap, peer: IpAddr) -> Result<(), 
             "authentication_error",
         ))
     }
+}
+
+/// Without a token, "this machine" must mean a program on it, not anyone a program on it
+/// passes along: a reverse proxy (it forwards the internet from loopback), a web page in
+/// the owner's browser (a form or `fetch` posting cross-site needs no CORS preflight), or
+/// a page that rebound its own host name to 127.0.0.1.
+fn local_only(headers: &HeaderMap) -> Result<(), Refusal> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if ["forwarded", "x-forwarded-for", "x-real-ip"]
+        .iter()
+        .any(|h| headers.contains_key(*h))
+    {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "a request forwarded by a proxy needs SWITCHBOARD_API_TOKEN to be set",
+            "permission_error",
+        ));
+    }
+    let cross_site = header("sec-fetch-site") == Some("cross-site");
+    let foreign_origin =
+        header("origin").is_some_and(|o| !local_host(o.split("://").nth(1).unwrap_or(o)));
+    let foreign_host = header("host").is_some_and(|h| !local_host(h));
+    if cross_site || foreign_origin || foreign_host {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "without SWITCHBOARD_API_TOKEN the API answers only programs on this machine that \
+             call it as localhost or by a loopback address, never a web page",
+            "permission_error",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `host` (`name[:port]`, `[v6]:port`) is `localhost` or a loopback address.
+fn local_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.to_canonical().is_loopback())
+}
+
+/// `GET /v1/models`: the one model this API serves (clients such as Open WebUI list
+/// models before they chat). The name is free: requests may name any model.
+pub async fn models(ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap) -> Response {
+    let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
+    if let Err((status, message, kind)) = access(token.as_deref(), &headers, peer.ip()) {
+        return error(status, message, kind);
+    }
+    axum::Json(json!({
+        "object": "list",
+        "data": [{"id": "switchboard", "object": "model", "created": 0, "owned_by": "switchboard"}],
+    }))
+    .into_response()
 }
 
 /// The text of the request's last user message (string content or text parts).
@@ -388,7 +458,7 @@ pub async fn chat_completions(
     msg.metadata.insert("join".into(), Value::Bool(false));
 
     let (delta_tx, delta_rx) = if stream {
-        let (tx, rx) = mpsc::channel(256);
+        let (tx, rx) = mpsc::unbounded_channel();
         (Some(tx), Some(rx))
     } else {
         (None, None)
@@ -501,7 +571,7 @@ fn stream_reply(
     shared: Arc<Shared>,
     reply: StreamedReply,
     mut reply_rx: oneshot::Receiver<OutboundMessage>,
-    mut deltas: mpsc::Receiver<String>,
+    mut deltas: mpsc::UnboundedReceiver<String>,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::channel::<Event>(64);
     tokio::spawn(async move {
@@ -542,10 +612,11 @@ fn stream_reply(
             Some(m) if m.text.starts_with(streamed.as_str()) => {
                 m.text[streamed.len()..].to_string()
             }
-            // An error after some text (the model failed mid-answer): said after it.
-            Some(m) if m.kind == OutboundKind::Error => format!("\n\n{}", m.text),
             // The last round's answer after earlier rounds' text: streamed already.
-            Some(_) => String::new(),
+            Some(m) if streamed.ends_with(m.text.as_str()) => String::new(),
+            // Said after what was streamed: an error (the model failed mid-answer),
+            // "Stopped.", the note that the step limit was reached.
+            Some(m) => format!("\n\n{}", m.text),
             None if streamed.is_empty() => "⚠️ No reply in time.".into(),
             None => "\n\n⚠️ No reply in time.".into(),
         };

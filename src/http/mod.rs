@@ -60,7 +60,8 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route("/v1/chat/completions", post(api::chat_completions));
+        .route("/v1/chat/completions", post(api::chat_completions))
+        .route("/v1/models", get(api::models));
     #[cfg(feature = "slack")]
     let r = r.route("/slack/events", post(slack_events));
     r.layer(axum::extract::DefaultBodyLimit::max(2 * 1024 * 1024))

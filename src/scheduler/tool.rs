@@ -99,6 +99,12 @@ impl CronTool {
             Err(_) => return Err(failed(ScheduleError::Ambiguous)),
         };
         let key = self.target(args, ctx)?;
+        if crate::channels::answers_only(&key) {
+            return Err(ToolError::Refused(format!(
+                "a reminder cannot reach {key}: this chat only gets answers to its own \
+                 requests; set it from a Telegram, Discord or Slack chat"
+            )));
+        }
         let mut new = NewJob::new(key, message, spec, &format!("chat:{}", ctx.key));
         new.tz = arg(args, "tz").map(String::from);
         new.delivery = match arg(args, "delivery") {
