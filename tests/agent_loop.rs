@@ -377,6 +377,22 @@ async fn provider_failure_ends_in_a_clear_error_reply() {
     );
     let models: Vec<String> = h.llm.requests().iter().map(|r| r.model.clone()).collect();
     assert_eq!(models, ["gpt-4o-mini", "backup"]);
+    // Nothing was done: nothing is kept, the message can simply be sent again.
+    assert!(stored_session(&h.store)["messages"].is_null());
+    // Failing after a tool ran: what it did is kept, so a retry does not do it twice.
+    h.llm.push(Reply::tool_call(
+        "memory",
+        json!({"action": "remember", "text": "told mum"}),
+    ));
+    let out = turn(&h.agent(), &h.store, msg("t:2", "tell mum, then summarise")).await;
+    assert_eq!(out.replies[0].kind, OutboundKind::Error);
+    let roles: Vec<String> = stored_session(&h.store)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool"]);
 }
 
 #[tokio::test]

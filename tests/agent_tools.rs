@@ -58,6 +58,18 @@ async fn invalid_arguments_are_returned_to_the_model() {
         "{}",
         results[6]
     );
+    // The broken call goes back in the history as `{}`: some servers refuse a history
+    // holding arguments that are not a JSON object.
+    let sent: Vec<String> = h.llm.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .map(|c| c["function"]["arguments"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sent.len(), 7);
+    assert_eq!(sent[5], "{}");
+    assert_eq!(sent[1], r#"{"command":5}"#);
 }
 
 #[tokio::test]

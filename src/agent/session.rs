@@ -40,13 +40,7 @@ impl Session {
     /// Add the write of this session to `batch`.
     pub fn save(&mut self, key: &ChatKey, batch: &mut Batch) {
         if self.messages.len() > MAX_STORED {
-            let mut cut = self.messages.len() - MAX_STORED;
-            // Never start with an orphaned tool result.
-            while cut < self.messages.len()
-                && matches!(self.messages[cut].role, Role::Tool | Role::Assistant)
-            {
-                cut += 1;
-            }
+            let cut = self.turn_start(self.messages.len() - MAX_STORED);
             self.messages.drain(..cut);
         }
         let body = serde_json::to_vec(self).unwrap_or_default();
@@ -71,11 +65,18 @@ impl Session {
 
     /// The last `n` messages, never starting inside a tool-call / tool-result group.
     pub fn window(&self, n: usize) -> &[ChatMessage] {
-        let mut start = self.messages.len().saturating_sub(n);
-        while start < self.messages.len() && self.messages[start].role != Role::User {
-            start += 1;
+        &self.messages[self.turn_start(self.messages.len().saturating_sub(n))..]
+    }
+
+    /// The first turn (user message) at or after `from`; when the newest turn alone began
+    /// before it (a long run of tool steps), that turn's start: it is kept whole, never
+    /// dropped for being long.
+    fn turn_start(&self, from: usize) -> usize {
+        let is_user = |m: &ChatMessage| m.role == Role::User;
+        match self.messages[from..].iter().position(is_user) {
+            Some(i) => from + i,
+            None => self.messages[..from].iter().rposition(is_user).unwrap_or(0),
         }
-        &self.messages[start..]
     }
 
     /// All stored session keys (for `sessions list`).
@@ -90,5 +91,60 @@ impl Session {
                 (String::from_utf8_lossy(&k).into_owned(), n)
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(session: &mut Session, steps: usize) {
+        session.messages.push(ChatMessage::new(Role::User, "do it"));
+        for _ in 0..steps {
+            session
+                .messages
+                .push(ChatMessage::new(Role::Assistant, "(a tool call)"));
+            session
+                .messages
+                .push(ChatMessage::new(Role::Tool, "(its result)"));
+        }
+        session
+            .messages
+            .push(ChatMessage::new(Role::Assistant, "done"));
+    }
+
+    #[test]
+    fn a_turn_longer_than_the_window_is_kept_whole() {
+        let mut s = Session::default();
+        turn(&mut s, 1);
+        turn(&mut s, 30);
+        assert_eq!(s.window(50).len(), 62);
+        assert_eq!(s.window(50)[0].role, Role::User);
+        assert!(s.compact(50));
+        assert_eq!(
+            s.messages.len(),
+            62,
+            "the last turn stays, the one before is folded"
+        );
+        assert_eq!(s.messages.last().unwrap().content, "done");
+        // Stored: past MAX_STORED, the newest turn is still kept whole.
+        let mut s = Session::default();
+        turn(&mut s, 1);
+        turn(&mut s, MAX_STORED);
+        let mut batch = Batch::default();
+        s.save(&"api:a".parse().unwrap(), &mut batch);
+        assert_eq!(s.messages.len(), 2 * MAX_STORED + 2);
+        assert_eq!(s.messages[0].role, Role::User);
+    }
+
+    #[test]
+    fn a_window_starts_at_a_user_message() {
+        let mut s = Session::default();
+        turn(&mut s, 2);
+        turn(&mut s, 2);
+        // The last 7 begin inside the first turn: the window starts at the second.
+        assert_eq!(s.window(7).len(), 6);
+        assert_eq!(s.window(100).len(), 12);
+        assert!(!s.compact(100));
     }
 }

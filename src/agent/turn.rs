@@ -182,11 +182,19 @@ impl Agent {
                 });
             }
             LoopEnd::Overflow => {
+                if used_tools {
+                    self.store_session(&mut session, user, state.produced, key, &mut writes);
+                }
                 let text = "⚠️ This conversation is too long for the model even after condensing it. Send /new to start fresh.";
                 return Ok(self.failed(last, text, Some(state.usage), writes));
             }
             LoopEnd::Failed(e) => {
                 tracing::error!(%key, "turn failed: {e}");
+                // What its tools did (a message sent, a reminder set) is kept, as after
+                // `/stop`: asked again, the model knows it and does not do it twice.
+                if used_tools {
+                    self.store_session(&mut session, user, state.produced, key, &mut writes);
+                }
                 let text = format!(
                     "⚠️ Sorry, I couldn't get an answer from the language model ({}). {}",
                     e.brief(),

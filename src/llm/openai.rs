@@ -65,7 +65,14 @@ impl OpenAi {
                         kind: "function",
                         function: FnJson {
                             name: &c.name,
-                            arguments: &c.arguments,
+                            // As the model sent them, unless they are not a JSON object (cut
+                            // off at max_tokens, or empty): some servers (Ollama, vLLM
+                            // templates) refuse such a history with a 400 on every later turn.
+                            arguments: if sent_as_object(&c.arguments) {
+                                &c.arguments
+                            } else {
+                                "{}"
+                            },
                         },
                     })
                     .collect(),
@@ -125,6 +132,11 @@ struct CallJson<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: FnJson<'a>,
+}
+
+/// Whether a tool call's `arguments` are a JSON object.
+fn sent_as_object(arguments: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(arguments).is_ok_and(|v| v.is_object())
 }
 
 #[derive(Serialize)]

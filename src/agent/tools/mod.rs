@@ -129,6 +129,7 @@ impl Registry {
             })?
         };
         schema::validate(&args, &tool.schema()).map_err(ToolError::InvalidArguments)?;
+        let args = whole_numbers(args);
         // `agent.tool_timeout` caps even a command's own `timeout_secs`; what outlives it is
         // dropped, which ends the command's process group (see `exec`).
         let timeout = tool.time_limit(&args).map_or(timeout, |t| t.min(timeout));
@@ -142,6 +143,25 @@ impl Registry {
                 timeout.as_secs_f64()
             ))),
         }
+    }
+}
+
+/// `args` with whole numbers written as floats (`1.0`, which the schema accepts as an
+/// integer) made integers, so a tool reading `as_u64` sees them instead of its default.
+fn whole_numbers(args: Value) -> Value {
+    match args {
+        Value::Number(n) if n.is_f64() => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f >= 0.0 && f < u64::MAX as f64 => Value::from(f as u64),
+            Some(f) if f.fract() == 0.0 && f < 0.0 && f >= i64::MIN as f64 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(whole_numbers).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, whole_numbers(v)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 
@@ -182,5 +202,15 @@ mod tests {
             names(&reg.clone().read_only().specs()),
             ["read_file", "list_dir"]
         );
+    }
+
+    #[test]
+    fn whole_numbers_written_as_floats_become_integers() {
+        let args = serde_json::json!({"timeout_secs": 1.0, "n": [2.0, -3.0], "x": 0.5, "s": "1.0"});
+        let got = whole_numbers(args);
+        assert_eq!(got["timeout_secs"].as_u64(), Some(1));
+        assert_eq!(got["n"], serde_json::json!([2, -3]));
+        assert_eq!(got["x"], 0.5);
+        assert_eq!(got["s"], "1.0");
     }
 }
