@@ -70,10 +70,14 @@ async fn a_secret_in_a_tool_result_never_reaches_the_model_or_the_user() {
     let env = Env::new(&llm.base_url(), "");
     let (running, shutdown) = env.start(Default::default()).await;
     let admin_token = std::fs::read_to_string(env.data_dir().join("admin.token")).unwrap();
-    // The model reads the admin token with a command, then repeats what the command printed.
+    // The data dir is out of the commands' reach; say a copy of the token was left in the
+    // workspace. The model reads it with a command, then repeats what the command printed.
+    let workspace = env.dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::write(workspace.join("notes.txt"), &admin_token).unwrap();
     llm.push(Reply::tool_call(
         "exec",
-        serde_json::json!({"command": "cat ../data/admin.token"}),
+        serde_json::json!({"command": "cat notes.txt"}),
     ));
     llm.set_responder(|body| {
         let tool = body["messages"].as_array().and_then(|m| {
@@ -88,7 +92,7 @@ async fn a_secret_in_a_tool_result_never_reaches_the_model_or_the_user() {
         ))
     });
     let base = format!("http://{}", running.http_addr.unwrap());
-    let reply = reply_text(&ask(&base, "alice", "what is in ../data/admin.token?").await);
+    let reply = reply_text(&ask(&base, "alice", "what is in notes.txt?").await);
     assert!(reply.contains("[redacted]"), "{reply}");
     assert_clean("the reply", &reply, &[admin_token.trim()]);
     let reqs = llm.wait_for_requests(2, WAIT).await.unwrap();

@@ -150,3 +150,42 @@ async fn commands_run_in_the_workspace_and_wrapped_destruction_is_refused() {
         );
     }
 }
+
+#[tokio::test]
+async fn commands_cannot_reach_beside_the_workspace() {
+    let root = tempfile::tempdir().unwrap();
+    let (workspace, data) = (root.path().join("workspace"), root.path().join("data"));
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("admin.token"), "the-admin-token\n").unwrap();
+    let run = |restrict: bool, command: &str| {
+        let mut c = ctx(&workspace);
+        c.restrict_to_workspace = restrict;
+        let args = json!({"command": command}).to_string();
+        async move {
+            let reg = Registry::new(vec![Arc::new(Exec)]);
+            reg.call("exec", &args, &c, Duration::from_secs(10))
+                .await
+                .unwrap()
+        }
+    };
+    // The workspace and the system's folders work as before.
+    let out = run(
+        true,
+        "echo note > note.txt && cat note.txt && ls /usr/bin | head -1",
+    )
+    .await;
+    assert!(out.starts_with("exit code: 0\nstdout:\nnote\n"), "{out}");
+    let out = run(true, "cat ../data/admin.token; echo x > ../escaped.txt").await;
+    if switchboard::agent::tools::exec::sandbox::abi() >= 1 {
+        assert!(!out.contains("the-admin-token"), "{out}");
+        assert!(out.contains("Permission denied"), "{out}");
+        assert!(!root.path().join("escaped.txt").exists());
+    } else {
+        // No Landlock on this kernel: unconfined (the gateway's log says so).
+        assert!(out.contains("the-admin-token"), "{out}");
+    }
+    // Without the restriction, commands reach what the gateway's user can.
+    let out = run(false, "cat ../data/admin.token").await;
+    assert!(out.contains("the-admin-token"), "{out}");
+}

@@ -1,10 +1,14 @@
 //! `exec`: run a shell command in the workspace, with a timeout, an output cap, an
-//! environment without the gateway's secrets, and a deny list for destructive commands.
+//! environment without the gateway's secrets, a deny list for destructive commands, and
+//! (with `agent.restrict_to_workspace`) a Landlock sandbox.
 //!
 //! - [`shell`]: just enough shell reading to see the commands of a line.
 //! - [`deny`]: the deny list.
+//! - [`sandbox`]: the Landlock rules.
 
 mod deny;
+#[cfg(target_os = "linux")]
+pub mod sandbox;
 mod shell;
 
 use std::process::Stdio;
@@ -50,6 +54,33 @@ fn protect_gateway_process() -> Result<(), ToolError> {
         .map_err(|e| ToolError::Failed(format!("cannot shield the gateway's environment: {e}")))?;
     }
     Ok(())
+}
+
+/// The sandbox for a command in `workspace`: `None` where the kernel has none (said once
+/// in the log); an error, and no command, when it exists but cannot be set up.
+#[cfg(target_os = "linux")]
+fn confinement(workspace: &std::path::Path) -> Result<Option<std::os::fd::OwnedFd>, ToolError> {
+    match sandbox::ruleset(workspace) {
+        Ok(Some(rules)) => Ok(Some(rules)),
+        Ok(None) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(
+                    "exec: this kernel has no Landlock, so commands are not confined to the \
+                     workspace (agent.restrict_to_workspace covers the file tools only)"
+                );
+            });
+            Ok(None)
+        }
+        Err(e) => Err(ToolError::Failed(format!(
+            "cannot confine the command to the workspace: {e}"
+        ))),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn confinement(_: &std::path::Path) -> Result<Option<()>, ToolError> {
+    Ok(None)
 }
 
 async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
@@ -117,6 +148,11 @@ impl Tool for Exec {
         }
         protect_gateway_process()?;
         let secs = args["timeout_secs"].as_u64().unwrap_or(DEFAULT_TIMEOUT);
+        let rules = if ctx.restrict_to_workspace {
+            confinement(&ctx.workspace)?
+        } else {
+            None
+        };
         let mut cmd = tokio::process::Command::new("sh");
         cmd.arg("-c")
             .arg(command)
@@ -132,9 +168,20 @@ impl Tool for Exec {
                 cmd.env(k, v);
             }
         }
+        #[cfg(target_os = "linux")]
+        if let Some(rules) = &rules {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(rules);
+            #[allow(unsafe_code)]
+            // SAFETY: `restrict` makes only system calls, as may run between fork and exec;
+            // `rules` stays open until `spawn` returns.
+            unsafe {
+                cmd.pre_exec(move || sandbox::restrict(fd));
+            }
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::Failed(format!("cannot start the shell: {e}")))?;
+        drop(rules);
         let mut group = GroupKill(child.id().and_then(|p| i32::try_from(p).ok()));
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let run = async {
