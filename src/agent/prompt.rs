@@ -15,10 +15,26 @@ pub const BOOTSTRAP_FILES: [&str; 4] = ["AGENTS.md", "SOUL.md", "USER.md", "TOOL
 /// Longest part of one file put into the prompt, in characters.
 const MAX_FILE_CHARS: usize = 12_000;
 
+/// Most of a file read for the prompt, in bytes (far more than [`MAX_FILE_CHARS`] needs).
+const MAX_FILE_BYTES: u64 = 256 * 1024;
+
 /// A workspace file for the prompt, cut to [`MAX_FILE_CHARS`]: its start, or with `keep_end`
-/// its end (`MEMORY.md` grows at the bottom, and the newest facts matter most).
+/// its end (`MEMORY.md` grows at the bottom, and the newest facts matter most). Only a
+/// regular file: a FIFO or a link to a device (made with `exec`) would block the turn or
+/// never end.
 fn read_capped(path: &Path, keep_end: bool) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use std::io::{Read, Seek, SeekFrom};
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let mut file = std::fs::File::open(path).ok()?;
+    if keep_end && meta.len() > MAX_FILE_BYTES {
+        file.seek(SeekFrom::End(-(MAX_FILE_BYTES as i64))).ok()?;
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
     let text = text.trim();
     if text.is_empty() {
         return None;
@@ -98,6 +114,26 @@ pub fn dynamic(config: &Config, model: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_or_a_device_is_no_prompt_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("AGENTS.md");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let device = dir.path().join("MEMORY.md");
+        std::os::unix::fs::symlink("/dev/zero", &device).unwrap();
+        // Read on a thread: a read that blocks fails the test instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send((read_capped(&fifo, false), read_capped(&device, true)));
+        });
+        let read = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(read, Ok((None, None)));
+    }
 
     #[test]
     fn a_long_file_keeps_its_start_and_memory_its_end() {

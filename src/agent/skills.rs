@@ -106,7 +106,12 @@ fn load_dir(dir: &Path, source: SkillSource) -> Vec<Skill> {
     dirs.sort();
     dirs.into_iter()
         .filter_map(|d| {
-            let text = std::fs::read_to_string(d.join("SKILL.md")).ok()?;
+            // A regular file only: a FIFO would block the turn that reads it.
+            let file = d.join("SKILL.md");
+            if !std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
+                return None;
+            }
+            let text = std::fs::read_to_string(file).ok()?;
             match parse(&text, &d, source) {
                 Some(s) => Some(s),
                 None => {
