@@ -240,6 +240,20 @@ impl InboundSink for GatewaySink {
         Ok(results)
     }
 
+    fn admits(&self, msg: &InboundMessage) -> bool {
+        if msg.origin != Origin::User {
+            return true;
+        }
+        let Some(access) = self.access_for(&msg.key.channel) else {
+            return true;
+        };
+        // A store that cannot answer: fetch anyway, `publish` decides.
+        let approved =
+            pairing::is_approved(self.bus.store().as_ref(), &msg.key.channel, &msg.sender.id)
+                .unwrap_or(true);
+        access::decide(&access, msg, approved) == Decision::Allow
+    }
+
     fn set_connected(&self, channel: &str, connected: bool, detail: &str) {
         if connected {
             tracing::info!(channel, "connected");

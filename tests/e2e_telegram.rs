@@ -169,14 +169,15 @@ async fn max_message_len_splits_replies_below_the_platform_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_strangers_file_does_not_stay_in_the_workspace() {
+async fn a_strangers_file_is_never_fetched() {
     let t = Tg::start("").await;
     let mallory = TgUser::new(6060, "mallory");
     let file = t.tg.add_file("payload.pdf", vec![7u8; 2000]);
     t.tg.push_update(t.tg.photo(6060, &mallory, &file, Some("open this")));
-    // Not let in: the pairing code goes out, and the download is gone.
+    // Not let in: the pairing code goes out, and the file was never fetched.
     let sent = t.wait_sent(1).await;
     assert!(pairing_code(&sent[0].text).is_some(), "{}", sent[0].text);
+    assert!(t.tg.requests("getFile").is_empty());
     let inbox = t.env.dir.path().join("workspace").join("inbox");
     let left: Vec<_> = std::fs::read_dir(&inbox)
         .map(|d| d.map(|e| e.unwrap().path()).collect())

@@ -106,6 +106,13 @@ pub trait InboundSink: Send + Sync + 'static {
 
     /// The adapter's connection went up or down; `detail` says why, for `/readyz`.
     fn set_connected(&self, channel: &str, connected: bool, detail: &str);
+
+    /// Whether `msg` would reach the agent (an allowed sender; in a group, addressed as the
+    /// group policy wants): an adapter fetches the files of such messages only. The answer
+    /// is advice; [`InboundSink::publish`] decides.
+    fn admits(&self, _msg: &InboundMessage) -> bool {
+        true
+    }
 }
 
 /// Cheap, cloneable handle an adapter publishes through.
@@ -126,6 +133,11 @@ impl InboundSender {
         msgs: Vec<InboundMessage>,
     ) -> Result<Vec<Published>, PublishError> {
         self.0.publish_many(msgs).await
+    }
+
+    /// Whether the gateway would pass `msg` to the agent (see [`InboundSink::admits`]).
+    pub fn admits(&self, msg: &InboundMessage) -> bool {
+        self.0.admits(msg)
     }
 
     /// Report the connection state; `detail` is served by `/readyz`, so secrets are

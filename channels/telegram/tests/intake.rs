@@ -164,6 +164,28 @@ async fn oversized_file_is_not_downloaded_and_noted() {
 }
 
 #[tokio::test]
+async fn files_of_a_message_the_gateway_will_not_pass_on_are_not_fetched() {
+    let h = Harness::start().await;
+    let stranger = ann();
+    h.sink.refuse(&stranger.id.to_string());
+    let file = h.fake.add_file("big.pdf", vec![7u8; 1000]);
+    let doc = h.fake.document(
+        5002,
+        &stranger,
+        &file,
+        "big.pdf",
+        "application/pdf",
+        Some("read it"),
+    );
+    h.fake.push_update(doc);
+    // Still published: the gateway decides (and answers a stranger with a pairing code).
+    let m = h.sink.wait_published(1).await.remove(0);
+    assert_eq!(m.text, "read it");
+    assert!(m.attachments.is_empty());
+    assert!(h.fake.requests("getFile").is_empty(), "nothing fetched");
+}
+
+#[tokio::test]
 async fn odd_updates_are_skipped_and_confirmed_then_the_next_message_flows() {
     let h = Harness::start().await;
     let f = &h.fake;

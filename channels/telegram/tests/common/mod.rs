@@ -24,6 +24,8 @@ pub struct Recorder {
     published: Mutex<Vec<InboundMessage>>,
     attempts: Mutex<Vec<String>>,
     connected: Mutex<Vec<(bool, String)>>,
+    /// Senders the gateway would not pass on ([`InboundSink::admits`] says no).
+    refused: Mutex<Vec<String>>,
     fail_next: AtomicUsize,
     changed: Notify,
 }
@@ -54,9 +56,18 @@ impl InboundSink for Recorder {
             .push((connected, detail.to_string()));
         self.changed.notify_waiters();
     }
+
+    fn admits(&self, msg: &InboundMessage) -> bool {
+        !self.refused.lock().unwrap().contains(&msg.sender.id)
+    }
 }
 
 impl Recorder {
+    /// Say the gateway would not pass on messages from `sender`.
+    pub fn refuse(&self, sender: &str) {
+        self.refused.lock().unwrap().push(sender.to_string());
+    }
+
     pub fn fail_next(&self, n: usize) {
         self.fail_next.store(n, Ordering::SeqCst);
     }
