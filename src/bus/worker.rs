@@ -11,6 +11,8 @@ use crate::store::{Batch, Tree};
 
 /// How often the typing indicator is refreshed while a turn runs (Telegram's lasts 5 s).
 const TYPING_EVERY: Duration = Duration::from_secs(4);
+/// Longest wait between two tries to record a turn's replies.
+const RECORD_RETRY_MAX: Duration = Duration::from_secs(30);
 
 impl Bus {
     pub(super) async fn run_worker(self: Arc<Self>, key: ChatKey) {
@@ -75,18 +77,52 @@ impl Bus {
                 writes.delete(Tree::Inbox, seq.to_be_bytes().to_vec());
             }
             writes.extend(output.writes);
-            let recorded = self.outbox.record(output.replies, writes).await;
+            let recorded = self
+                .outbox
+                .record(output.replies.clone(), writes.clone())
+                .await;
             self.metrics.turn_latency.observe(started.elapsed());
             self.metrics.turns.fetch_add(1, Ordering::Relaxed);
             drop(permit);
             drop(batch);
-            match recorded {
-                Ok(entries) => self.outbox.deliver(entries).await,
-                Err(e) => {
-                    tracing::error!(%key, "could not record the turn's replies (kept in the inbox for the next start): {e}");
-                }
+            let recorded = match recorded {
+                Ok(entries) => Some(entries),
+                Err(e) => self.record_again(&key, e, output.replies, writes).await,
+            };
+            if let Some(entries) = recorded {
+                self.outbox.deliver(entries).await;
             }
         }
         self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A turn's replies and writes the store refused (`first`, a full disk say): tried
+    /// again, 1 s and then up to [`RECORD_RETRY_MAX`] apart, while the chat waits, so its
+    /// answer is not dropped and its next message does not overtake it. `None` only at
+    /// shutdown: the message stays in the inbox and runs again at the next start.
+    async fn record_again(
+        &self,
+        key: &ChatKey,
+        first: crate::store::StoreError,
+        replies: Vec<switchboard_channel::OutboundMessage>,
+        writes: Batch,
+    ) -> Option<Vec<(u64, switchboard_channel::OutboundMessage)>> {
+        let mut wait = Duration::from_secs(1);
+        let mut error = first;
+        loop {
+            tracing::error!(%key, retry_in = ?wait, "could not record the turn's replies: {error}");
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.shutdown.cancelled() => return None,
+            }
+            match self.outbox.record(replies.clone(), writes.clone()).await {
+                Ok(entries) => {
+                    tracing::info!(%key, "the turn's replies are recorded now");
+                    return Some(entries);
+                }
+                Err(e) => error = e,
+            }
+            wait = (wait * 2).min(RECORD_RETRY_MAX);
+        }
     }
 }
