@@ -1,6 +1,7 @@
 //! HTTP on `gateway.http_listen`: health, readiness, metrics, the OpenAI-compatible `api`
 //! channel and the Slack Events API; plus the loopback-only admin API ([`admin`]).
 
+mod access;
 pub mod admin;
 pub mod api;
 

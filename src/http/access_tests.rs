@@ -1,4 +1,4 @@
-//! Tests of the API channel's access rules.
+//! Tests of the HTTP API's access rules.
 
 use super::*;
 
