@@ -393,6 +393,23 @@ async fn provider_failure_ends_in_a_clear_error_reply() {
         .map(|m| m["role"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(roles, ["user", "assistant", "tool"]);
+    // A reminder still reaches its chat, in its own words; a heartbeat stays quiet.
+    let mut reminder = msg("t:3", "take your pill");
+    reminder.origin = Origin::System(SystemOrigin::Cron {
+        job_id: "j1".into(),
+    });
+    let out = turn(&h.agent(), &h.store, reminder).await;
+    assert!(
+        out.replies[0]
+            .text
+            .starts_with("⏰ Reminder: take your pill\n\n(I couldn't reach the language model"),
+        "{}",
+        out.replies[0].text
+    );
+    let mut beat = msg("t:4", "- water the plants");
+    beat.origin = Origin::System(SystemOrigin::Heartbeat);
+    let out = turn(&h.agent(), &h.store, beat).await;
+    assert!(out.replies.is_empty(), "{:?}", out.replies);
 }
 
 #[tokio::test]

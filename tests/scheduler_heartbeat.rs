@@ -36,6 +36,9 @@ fn actionable_content_table() {
         ("Heartbeat\n=========\n\nToday\n-----\n", false),
         ("# Tasks\n\n---\n\n* * *\n___\n", false),
         ("Heartbeat\n=========\nwater the plants", true),
+        // A list item over a rule is an item, not a heading.
+        ("# Heartbeat\n- Water the plants\n---\n", true),
+        ("# Tasks\n1. Call mom\n---\n## Later", true),
     ];
     for (md, expect) in cases {
         assert_eq!(is_actionable(md), *expect, "{md:?}");
@@ -120,6 +123,15 @@ async fn an_actionable_file_goes_to_the_last_active_chat() {
     .await;
     let hb = heartbeat(&rig, Some("cheap-model"));
     assert_eq!(hb.beat().await, Beat::NoTarget, "no chat active yet");
+    // An API chat recorded as the last one (by an older version) is no target either.
+    rig.store
+        .put(Tree::Meta, b"last_active", b"api:alice")
+        .unwrap();
+    assert_eq!(
+        hb.beat().await,
+        Beat::NoTarget,
+        "an API chat cannot be reached"
+    );
     mark_active(&rig);
     assert_eq!(hb.beat().await, Beat::Published(key()));
 

@@ -195,11 +195,29 @@ impl Agent {
                 if used_tools {
                     self.store_session(&mut session, user, state.produced, key, &mut writes);
                 }
-                let text = format!(
-                    "⚠️ Sorry, I couldn't get an answer from the language model ({}). {}",
-                    e.brief(),
-                    e.advice()
-                );
+                let text = match &last.origin {
+                    // Said at every beat, all night long, it would only be noise: logged.
+                    Origin::System(SystemOrigin::Heartbeat) => {
+                        self.metrics.turns_failed.fetch_add(1, Ordering::Relaxed);
+                        return Ok(TurnOutput {
+                            replies: Vec::new(),
+                            writes,
+                        });
+                    }
+                    // The reminder still reaches its chat, in the words it was set with.
+                    Origin::System(SystemOrigin::Cron { .. }) => format!(
+                        "⏰ Reminder: {}
+
+(I couldn't reach the language model to word it: {}.)",
+                        last.text.trim(),
+                        e.brief()
+                    ),
+                    _ => format!(
+                        "⚠️ Sorry, I couldn't get an answer from the language model ({}). {}",
+                        e.brief(),
+                        e.advice()
+                    ),
+                };
                 return Ok(self.failed(last, text, Some(state.usage), writes));
             }
         };

@@ -57,8 +57,9 @@ pub fn is_actionable(markdown: &str) -> bool {
     text.push_str(rest);
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     lines.iter().enumerate().any(|(i, line)| {
-        // `Title` over `=====` or `-----` is a heading too.
-        let underlined = lines.get(i + 1).is_some_and(|next| is_underline(next));
+        // `Title` over `=====` or `-----` is a heading too; a list item over `---` is an
+        // item and a rule.
+        let underlined = !is_item(line) && lines.get(i + 1).is_some_and(|next| is_underline(next));
         !(line.is_empty()
             || is_heading(line)
             || is_empty_item(line)
@@ -86,17 +87,27 @@ fn is_heading(line: &str) -> bool {
 
 /// `-`, `* [ ]`, `+ [x]`, `1. [ ]`: a list marker with at most an empty checkbox.
 fn is_empty_item(line: &str) -> bool {
+    item_text(line)
+        .is_some_and(|rest| rest.is_empty() || matches!(rest, "[ ]" | "[]" | "[x]" | "[X]"))
+}
+
+/// Whether `line` is a list item (`- x`, `* x`, `+ x`, `1. x`, `1) x`).
+fn is_item(line: &str) -> bool {
+    item_text(line).is_some()
+}
+
+/// What follows a list item's marker, trimmed; `None` when `line` is no list item.
+fn item_text(line: &str) -> Option<&str> {
     let rest = if let Some(r) = line.strip_prefix(['-', '*', '+']) {
         r
     } else {
         let digits = line.len() - line.trim_start_matches(|c: char| c.is_ascii_digit()).len();
         match line[digits..].strip_prefix(['.', ')']) {
             Some(r) if digits > 0 => r,
-            _ => return false,
+            _ => return None,
         }
     };
-    let rest = rest.trim();
-    rest.is_empty() || matches!(rest, "[ ]" | "[]" | "[x]" | "[X]")
+    Some(rest.trim())
 }
 
 /// Whether minute-of-day `now` lies in `"HH:MM-HH:MM"` (which may cross midnight). An empty
@@ -233,7 +244,9 @@ impl Heartbeat {
         let target = self.config.heartbeat.target.trim();
         if target == "last" {
             let raw = self.store.get(Tree::Meta, b"last_active").ok()??;
-            String::from_utf8(raw).ok()?.parse().ok()
+            let key: ChatKey = String::from_utf8(raw).ok()?.parse().ok()?;
+            // Recorded by an older version: a beat there would reach nobody.
+            (!crate::channels::answers_only(&key)).then_some(key)
         } else {
             target.parse().ok()
         }
