@@ -168,6 +168,34 @@ async fn direct_delivery_sends_the_text_without_a_turn() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_due_time_inside_a_millisecond_fires_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(
+        dir.path(),
+        at("2026-03-01T12:00:00.000100Z"),
+        Config::default(),
+    )
+    .await;
+    for (spec, text) in [
+        (
+            ScheduleSpec::At("2026-03-01T12:05:00.000700Z".into()),
+            "once",
+        ),
+        (ScheduleSpec::Every("10m".into()), "every"),
+    ] {
+        let mut new = job(spec, text);
+        new.delivery = Delivery::Direct;
+        rig.add(new).await;
+    }
+    // 12:05 and 12:10: one send each, and the first job once.
+    rig.channel.wait_for(2, HOUR).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let texts: Vec<String> = rig.channel.sent().into_iter().map(|m| m.text).collect();
+    assert_eq!(texts, ["once", "every"]);
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn removed_jobs_do_not_fire_and_run_now_fires_without_touching_the_schedule() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;

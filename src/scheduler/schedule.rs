@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::offset::LocalResult;
-use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, SubsecRound, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
@@ -119,13 +119,16 @@ impl Schedule {
     /// Validate user input in `tz` at `now`. Nothing is stored here.
     pub fn parse(spec: &ScheduleSpec, tz: Tz, now: DateTime<Utc>) -> Result<Self, ScheduleError> {
         let schedule = match spec {
+            // In whole milliseconds, as the due index keeps times: a due time between two
+            // of them would be due again when fired early in its millisecond.
             ScheduleSpec::At(s) => Schedule::At {
-                at: parse_at(s, tz, now)?,
+                at: parse_at(s, tz, now)?.trunc_subsecs(3),
             },
             ScheduleSpec::Every(s) => {
                 let every = parse_every(s)?;
                 let every_ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
                 let anchor = now
+                    .trunc_subsecs(3)
                     .checked_add_signed(chrono::Duration::milliseconds(
                         i64::try_from(every_ms).unwrap_or(i64::MAX),
                     ))
