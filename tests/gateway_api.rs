@@ -7,15 +7,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Env, ask, reply_text};
+use common::{Env, ask, base, reply_text};
 use futures_util::StreamExt;
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn base(running: &switchboard::gateway::Running) -> String {
-    format!("http://{}", running.http_addr.expect("http is on"))
-}
 
 #[tokio::test]
 async fn api_round_trip_and_session_continuity() {

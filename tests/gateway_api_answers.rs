@@ -6,15 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Env, ask, reply_text};
+use common::{Env, ask, base, reply_text};
 use futures_util::StreamExt;
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn base(running: &switchboard::gateway::Running) -> String {
-    format!("http://{}", running.http_addr.expect("http is on"))
-}
 
 #[tokio::test]
 async fn a_streamed_answer_arrives_whole_and_every_request_is_answered() {

@@ -164,6 +164,11 @@ pub fn with_test_channel(ch: &Arc<TestChannel>) -> StartOptions {
     }
 }
 
+/// The base URL of an in-process gateway's HTTP server.
+pub fn base(running: &switchboard::gateway::Running) -> String {
+    format!("http://{}", running.http_addr.expect("http is on"))
+}
+
 /// POST a chat completion to the gateway's API channel.
 pub async fn ask(base: &str, user: &str, text: &str) -> serde_json::Value {
     let resp = reqwest::Client::new()
