@@ -143,11 +143,9 @@ impl GatewaySink {
         if msg.origin == Origin::User {
             if let Some(access) = self.access_for(&msg.key.channel) {
                 let store = self.bus.store().as_ref();
-                let approved = pairing::is_approved(store, &msg.key.channel, &msg.sender.id)
-                    .map_err(|e| err(&e))?;
+                let decision = self.decide(&access, &msg).map_err(|e| err(&e))?;
                 msg.sender.is_owner = access::listed(&access, &msg)
                     && !access.allow_from.iter().any(|a| a.trim() == "*");
-                let decision = access::decide(&access, &msg, approved);
                 if decision != Decision::Allow {
                     self.metrics
                         .ignored
@@ -188,6 +186,17 @@ impl GatewaySink {
 }
 
 impl GatewaySink {
+    /// What `access` says of a user message, with the pairings approved so far.
+    fn decide(
+        &self,
+        access: &crate::config::Access,
+        msg: &InboundMessage,
+    ) -> Result<Decision, crate::store::StoreError> {
+        let approved =
+            pairing::is_approved(self.bus.store().as_ref(), &msg.key.channel, &msg.sender.id)?;
+        Ok(access::decide(access, msg, approved))
+    }
+
     /// Delete the files an adapter downloaded for a message that is not let in (a stranger's,
     /// or a group message not addressed to the bot): they would pile up in the workspace,
     /// where the agent could read them. Only files in the workspace's `inbox/` are touched.
@@ -248,10 +257,8 @@ impl InboundSink for GatewaySink {
             return true;
         };
         // A store that cannot answer: fetch anyway, `publish` decides.
-        let approved =
-            pairing::is_approved(self.bus.store().as_ref(), &msg.key.channel, &msg.sender.id)
-                .unwrap_or(true);
-        access::decide(&access, msg, approved) == Decision::Allow
+        self.decide(&access, msg)
+            .map_or(true, |d| d == Decision::Allow)
     }
 
     fn set_connected(&self, channel: &str, connected: bool, detail: &str) {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Env, ask, base, reply_text};
+use common::{Env, ask, ask_stream, base, reply_text, sse_chunks, sse_text};
 use futures_util::StreamExt;
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
@@ -138,39 +138,19 @@ async fn api_streams_server_sent_events() {
 
 /// The text an SSE chat completion streamed.
 async fn streamed_text(base: &str, user: &str, text: &str) -> String {
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(
-            &serde_json::json!({"model": "x", "stream": true, "user": user,
-            "messages": [{"role": "user", "content": text}]}),
-        )
-        .send()
-        .await
-        .unwrap();
+    let resp = ask_stream(base, user, text).await;
     assert_eq!(resp.status(), 200);
     let body = resp.text().await.unwrap();
     assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
-    let chunks: Vec<serde_json::Value> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .collect();
     // Not asked for: no `usage` in any chunk, and no chunk without choices.
     assert!(
-        chunks
+        sse_chunks(&body)
             .iter()
             .all(|c| c.get("usage").is_none()
                 && c["choices"].as_array().is_some_and(|a| a.len() == 1)),
         "{body}"
     );
-    chunks
-        .into_iter()
-        .filter_map(|v| {
-            v["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect()
+    sse_text(&body)
 }
 
 #[tokio::test]

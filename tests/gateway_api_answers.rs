@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Env, ask, base, reply_text};
+use common::{Env, ask, ask_stream, base, reply_text, sse_text};
 use futures_util::StreamExt;
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
@@ -29,15 +29,7 @@ async fn a_streamed_answer_arrives_whole_and_every_request_is_answered() {
     // A reader that reads nothing until the turn is over still gets every word.
     let long: String = (0..60_000).map(|i| format!("w{i} ")).collect();
     llm.push(Reply::text(long.clone()));
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(
-            &serde_json::json!({"model": "x", "stream": true, "user": "slow",
-            "messages": [{"role": "user", "content": "a long one"}]}),
-        )
-        .send()
-        .await
-        .unwrap();
+    let resp = ask_stream(&base, "slow", "a long one").await;
     common::platform::poll_until(WAIT, "the turn to end", || async {
         (turns() == 1).then_some(())
     })
@@ -49,15 +41,7 @@ async fn a_streamed_answer_arrives_whole_and_every_request_is_answered() {
     // /stop while an answer streams: what came, then "Stopped.".
     let slow = "partial ".repeat(400);
     llm.push(Reply::text(slow.clone()).with_chunk_delay(Duration::from_millis(50)));
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(
-            &serde_json::json!({"model": "x", "stream": true, "user": "stopper",
-            "messages": [{"role": "user", "content": "go on"}]}),
-        )
-        .send()
-        .await
-        .unwrap();
+    let resp = ask_stream(&base, "stopper", "go on").await;
     let mut body = String::new();
     let mut s = resp.bytes_stream();
     while !body.contains("partial") {
@@ -114,17 +98,4 @@ async fn a_streamed_answer_arrives_whole_and_every_request_is_answered() {
     }
     shutdown.cancel();
     running.stopped().await;
-}
-
-/// The text of a whole SSE chat completion body.
-fn sse_text(body: &str) -> String {
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| {
-            v["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect()
 }

@@ -239,12 +239,18 @@ fn error(status: StatusCode, message: &str, kind: &str) -> Response {
         .into_response()
 }
 
+/// The error response for a request the API's access rules refuse (see `access`).
+fn refused(headers: &HeaderMap, peer: SocketAddr) -> Option<Response> {
+    let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
+    let (status, message, kind) = access(token.as_deref(), headers, peer.ip()).err()?;
+    Some(error(status, message, kind))
+}
+
 /// `GET /v1/models`: the one model this API serves (clients such as Open WebUI list
 /// models before they chat). The name is free: requests may name any model.
 pub async fn models(ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap) -> Response {
-    let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
-    if let Err((status, message, kind)) = access(token.as_deref(), &headers, peer.ip()) {
-        return error(status, message, kind);
+    if let Some(refused) = refused(&headers, peer) {
+        return refused;
     }
     axum::Json(json!({
         "object": "list",
@@ -281,9 +287,8 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
-    if let Err((status, message, kind)) = access(token.as_deref(), &headers, peer.ip()) {
-        return error(status, message, kind);
+    if let Some(refused) = refused(&headers, peer) {
+        return refused;
     }
     // Too large a body (or one that broke off) gets the same JSON error shape as the rest.
     let body = match body {

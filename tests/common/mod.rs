@@ -181,6 +181,35 @@ pub async fn ask(base: &str, user: &str, text: &str) -> serde_json::Value {
     resp.json().await.expect("json")
 }
 
+/// POST a streamed chat completion; the response, its body not read yet.
+pub async fn ask_stream(base: &str, user: &str, text: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(
+            &serde_json::json!({"model": "x", "stream": true, "user": user,
+            "messages": [{"role": "user", "content": text}]}),
+        )
+        .send()
+        .await
+        .expect("request")
+}
+
+/// The chunks of an SSE chat completion body (`[DONE]` left out).
+pub fn sse_chunks(body: &str) -> Vec<serde_json::Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .collect()
+}
+
+/// The text an SSE chat completion body streamed.
+pub fn sse_text(body: &str) -> String {
+    sse_chunks(body)
+        .iter()
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
+        .collect()
+}
+
 pub fn reply_text(v: &serde_json::Value) -> String {
     v["choices"][0]["message"]["content"]
         .as_str()
