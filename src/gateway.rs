@@ -26,6 +26,9 @@ use crate::store::{SledStore, Store, StoreError};
 
 /// How long shutdown waits for running work before giving up on it (it stays in the inbox).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(8);
+/// How long turns running at shutdown may go on to finish (their replies sent) before they
+/// are interrupted, keeping what they did for the next start (within [`DRAIN_TIMEOUT`]).
+pub const TURN_GRACE: Duration = Duration::from_secs(5);
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -286,6 +289,8 @@ pub struct StartOptions {
     /// The terminal `chat` without a running gateway turns this off: what the platform chats
     /// are owed waits for `run`, where their channels are.
     pub background: bool,
+    /// How long turns running at shutdown may take to finish ([`TURN_GRACE`]).
+    pub turn_grace: Duration,
 }
 
 impl Default for StartOptions {
@@ -296,6 +301,7 @@ impl Default for StartOptions {
             extra_channels: Vec::new(),
             llm: None,
             background: true,
+            turn_grace: TURN_GRACE,
         }
     }
 }
@@ -308,6 +314,9 @@ pub struct Running {
     /// Where the admin API listens, when it does.
     pub admin_addr: Option<std::net::SocketAddr>,
     shutdown: CancellationToken,
+    /// Interrupts the turns still running once their grace is over.
+    interrupt: CancellationToken,
+    turn_grace: Duration,
     tracker: TaskTracker,
     data_dir: PathBuf,
 }
@@ -333,12 +342,13 @@ pub async fn start(
     let tracker = TaskTracker::new();
     let health = Arc::new(Health::default());
     let channels: ChannelRegistry = Default::default();
-    let bus = Bus::new(
+    let interrupt = CancellationToken::new();
+    let bus = Bus::with_turn_grace(
         store.clone(),
         channels.clone(),
         config.gateway.max_concurrent_turns,
         metrics.clone(),
-        shutdown.clone(),
+        (shutdown.clone(), interrupt.clone()),
         tracker.clone(),
     );
     // Before any intake: the first prune also files the seen ids of an older store by day,
@@ -387,7 +397,7 @@ pub async fn start(
     let status_bus = bus.clone();
     let agent = Agent::new(config.clone(), store.clone(), llm, metrics.clone())
         .with_streams(api.clone())
-        .with_shutdown(shutdown.clone())
+        .with_shutdown(interrupt.clone())
         .with_tools(vec![Arc::new(crate::scheduler::CronTool::new(
             scheduler.clone(),
         ))])
@@ -486,6 +496,8 @@ pub async fn start(
         http_addr,
         admin_addr,
         shutdown,
+        interrupt,
+        turn_grace: opts.turn_grace,
         tracker,
         data_dir,
     })
@@ -496,11 +508,24 @@ impl Running {
     pub async fn stopped(self) {
         self.shutdown.cancelled().await;
         tracing::info!("shutting down");
+        let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+        self.tracker.close();
+        // Intake has stopped and no turn starts; the running ones may finish, so their
+        // replies go out now and what their tools did is not done twice.
+        if tokio::time::timeout(self.turn_grace, self.shared.bus.turns_settled())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                "turns still running after {:?} are interrupted; they resume at the next start",
+                self.turn_grace
+            );
+        }
+        self.interrupt.cancel();
         // Requests waiting for a reply would hold the HTTP server's drain past the deadline.
         self.shared.api.close_waiters();
         self.shared.cli.close_waiters();
-        self.tracker.close();
-        if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait())
+        if tokio::time::timeout_at(deadline, self.tracker.wait())
             .await
             .is_err()
         {

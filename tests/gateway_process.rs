@@ -101,6 +101,45 @@ async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_a_tool_ran_resumes_the_turn_without_running_the_tool_again() {
+    let llm = FakeLlm::start().await;
+    let env = env_with(&llm.base_url(), "");
+    let ran = env.dir.path().join("workspace").join("ran.txt");
+    llm.push(Reply::tool_call(
+        "exec",
+        serde_json::json!({"command": "echo ran >> ran.txt"}),
+    ));
+    // The tool's result is on disk before the model is asked again; killed during that.
+    llm.push(Reply::text("too late").with_delay(Duration::from_secs(120)));
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    fire(http_base(&env), "tool", "run the script");
+    llm.wait_for_requests(2, WAIT).await.unwrap();
+    gw.kill9();
+
+    llm.push(Reply::text("it ran"));
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    let reqs = llm.wait_for_requests(3, WAIT).await.unwrap();
+    let results: Vec<String> = reqs[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert_eq!(results.len(), 1, "the model sees the result: {results:?}");
+    wait_turns(&env, 1).await;
+    gw.sigterm();
+    assert!(gw.wait_exit(WAIT).0.success());
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n", "ran once");
+    assert_eq!(llm.request_count(), 3);
+    let s = session_of(&env, "api:tool");
+    assert_eq!(s.messages.len(), 4, "{:?}", s.messages);
+    assert_eq!(s.unfinished, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_zero_within_ten_seconds_and_keeps_in_flight_work() {
     let llm = FakeLlm::start().await;
     let env = env_with(&llm.base_url(), "");

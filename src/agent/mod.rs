@@ -16,6 +16,7 @@ pub mod commands;
 pub mod context;
 pub mod prompt;
 pub mod publisher;
+pub mod resume;
 pub mod run;
 pub mod session;
 pub mod skills;
@@ -161,9 +162,10 @@ impl Agent {
         self
     }
 
-    /// The gateway's shutdown token: a turn cancelled by shutdown returns `Err(Interrupted)`
-    /// (replayed on the next start); one cancelled by `/stop` finishes with what it did.
-    /// Without it every cancellation counts as shutdown. Sub-agents stop with it too.
+    /// The token interrupting turns at shutdown (once their grace is over): a turn
+    /// cancelled by it keeps its progress and returns `Err(Interrupted)` (it goes on at the
+    /// next start); one cancelled by `/stop` finishes with what it did. Without it every
+    /// cancellation counts as shutdown. Sub-agents stop with it too.
     pub fn with_shutdown(mut self, shutdown: CancellationToken) -> Self {
         self.shutdown = Some(shutdown);
         self

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::context;
 use super::steering;
 use super::tool::ToolContext;
@@ -42,6 +44,13 @@ pub struct LoopState {
     /// Tokens the model reported over the turn's requests.
     pub usage: switchboard_channel::TokenUsage,
 }
+
+/// The result given to tool calls `/stop` (or shutdown) cut off or kept from running.
+pub const STOPPED: &str = "cancelled: the user stopped this turn";
+
+/// Saves the loop's progress (a turn's, see `resume`); awaited before the loop goes on,
+/// so what a tool did is on disk before the next one runs.
+pub type Progress<'a> = dyn Fn(&LoopState) -> BoxFuture<'static, ()> + Send + Sync + 'a;
 
 /// How the loop ended.
 #[derive(Debug)]
@@ -88,7 +97,9 @@ pub async fn run(
     state: &mut LoopState,
     sink: Option<DeltaSink>,
     metrics: &Metrics,
+    progress: Option<&Progress<'_>>,
 ) -> LoopEnd {
+    let save = |state: &LoopState| progress.map(|p| p(state));
     let specs: Arc<[ToolSpec]> = tools.specs();
     let budget = context::input_budget(
         spec.context_window,
@@ -180,11 +191,14 @@ pub async fn run(
         let mut call_msg = ChatMessage::new(Role::Assistant, resp.text.clone());
         call_msg.tool_calls = resp.tool_calls.clone();
         state.produced.push(call_msg);
+        if let Some(saved) = save(state) {
+            saved.await;
+        }
         let mut cancelled = false;
         for call in &resp.tool_calls {
             let content = if cancelled || ctx.cancel.is_cancelled() {
                 cancelled = true;
-                "cancelled: the user stopped this turn".to_string()
+                STOPPED.to_string()
             } else {
                 let result = tokio::select! {
                     r = tools.call(&call.name, &call.arguments, ctx, spec.tool_timeout) => Some(r),
@@ -200,13 +214,18 @@ pub async fn run(
                     }
                     None => {
                         cancelled = true;
-                        "cancelled: the user stopped this turn".to_string()
+                        STOPPED.to_string()
                     }
                 }
             };
             let mut result = ChatMessage::new(Role::Tool, content);
             result.tool_call_id = Some(call.id.clone());
             state.produced.push(result);
+            if !cancelled {
+                if let Some(saved) = save(state) {
+                    saved.await;
+                }
+            }
         }
         if cancelled {
             return LoopEnd::Cancelled;

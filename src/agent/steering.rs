@@ -106,6 +106,16 @@ pub fn clock_refresh(minutes_since_last: Option<i64>, now: &str) -> Option<Strin
 }
 
 /// After compaction, say that older details are condensed.
+/// For a turn taken up again after the gateway stopped during it.
+pub fn resumed() -> Option<String> {
+    Some(
+        "The gateway restarted while you were working on this message. Your earlier steps and \
+         their results are above: go on from there, and do not repeat an action that already \
+         took effect."
+            .into(),
+    )
+}
+
 pub fn compaction_recovery(compacted: bool) -> Option<String> {
     compacted.then(|| {
         "Older parts of this conversation were condensed into a summary to fit. If a needed detail is \

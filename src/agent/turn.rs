@@ -8,7 +8,7 @@ use switchboard_channel::{InboundMessage, Origin, OutboundKind, SystemOrigin};
 use super::run::{self, LoopEnd, LoopSpec, LoopState};
 use super::session::Session;
 use super::tool::ToolContext;
-use super::{Agent, commands, prompt, steering};
+use super::{Agent, commands, prompt, resume, steering};
 use crate::bus::{Interrupted, TurnInput, TurnOutput};
 use crate::llm::{ChatMessage, Role};
 use crate::store::{Batch, Tree};
@@ -89,7 +89,13 @@ impl Agent {
             restrict_to_workspace: self.config.agent.restrict_to_workspace,
             cancel: turn.cancel.clone(),
         };
-        let user = ChatMessage::new(Role::User, Self::user_content(&turn.messages));
+        // A turn the gateway stopped during goes on from where it was.
+        let resumed = resume::take(&mut session, &turn.messages);
+        let ids: Vec<String> = turn.messages.iter().map(|m| m.id.clone()).collect();
+        let user = match &resumed {
+            Some(u) => u.user.clone(),
+            None => ChatMessage::new(Role::User, Self::user_content(&turn.messages)),
+        };
         let mut history: Vec<ChatMessage> =
             session.window(self.config.agent.history_messages).to_vec();
         history.push(user.clone());
@@ -110,6 +116,13 @@ impl Agent {
             history,
             ..Default::default()
         };
+        if let Some(u) = resumed {
+            tracing::info!(%key, steps = u.iteration, "resuming a turn the gateway stopped during");
+            state.produced = u.produced;
+            resume::add_extra(&mut state.produced, &turn.messages[u.ids.len()..]);
+            state.iteration = u.iteration;
+            spec.steering.extend(steering::resumed());
+        }
         let sink = self.streams.as_ref().and_then(|s| s.sink_for(&last.id));
         let mut end = run::run(
             self.llm.as_ref(),
@@ -119,6 +132,7 @@ impl Agent {
             &mut state,
             sink.clone(),
             &self.metrics,
+            Some(&*self.progress(&session, key, &ids, &user)),
         )
         .await;
         if matches!(end, LoopEnd::Overflow) {
@@ -144,6 +158,7 @@ impl Agent {
                 &mut state,
                 sink,
                 &self.metrics,
+                Some(&*self.progress(&session, key, &ids, &user)),
             )
             .await;
         }
@@ -167,6 +182,15 @@ impl Agent {
             LoopEnd::Limit(text) => (text, OutboundKind::Final),
             LoopEnd::Cancelled => {
                 if self.shutdown.as_ref().is_none_or(|s| s.is_cancelled()) {
+                    // Kept for the next start, which goes on from here.
+                    if !state.produced.is_empty() {
+                        for m in &mut state.produced {
+                            if m.role == Role::Tool && m.content == run::STOPPED {
+                                m.content = resume::INTERRUPTED.into();
+                            }
+                        }
+                        self.progress(&session, key, &ids, &user)(&state).await;
+                    }
                     return Err(Interrupted);
                 }
                 // `/stop`: keep what happened (tool results say "cancelled"); the bus
@@ -258,6 +282,25 @@ impl Agent {
             replies: vec![reply],
             writes,
         }
+    }
+
+    /// Saves the turn's progress in its session as it goes (see [`resume`]).
+    fn progress<'a>(
+        &'a self,
+        session: &'a Session,
+        key: &'a switchboard_channel::ChatKey,
+        ids: &'a [String],
+        user: &'a ChatMessage,
+    ) -> Box<run::Progress<'a>> {
+        Box::new(move |state: &LoopState| {
+            let batch = resume::checkpoint(session, key, ids, user, state);
+            let (store, key) = (self.store.clone(), key.clone());
+            Box::pin(async move {
+                if let Err(e) = store.commit(batch).await {
+                    tracing::warn!(%key, "could not save the turn's progress: {e}");
+                }
+            })
+        })
     }
 
     fn store_session(

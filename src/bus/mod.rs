@@ -109,7 +109,12 @@ pub struct Bus {
     outbox: Outbox,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
+    /// Cancels the turns still running (they stay in the inbox): at shutdown itself, or
+    /// after the gateway's grace for running turns ([`Bus::with_turn_grace`]).
+    interrupt: CancellationToken,
     tracker: TaskTracker,
+    /// The chat workers (also on `tracker`): [`Bus::turns_settled`] waits for them.
+    workers: TaskTracker,
     /// Notified when the last chat with work leaves the slot table.
     idle: tokio::sync::Notify,
     /// Whether new messages are taken: not while the start-up [`Bus::replay`] has yet to
@@ -156,12 +161,34 @@ pub async fn publish_offline(
 }
 
 impl Bus {
+    /// A bus whose running turns are interrupted as soon as `shutdown` is cancelled.
     pub fn new(
         store: Arc<dyn Store>,
         channels: ChannelRegistry,
         max_concurrent_turns: usize,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
+        tracker: TaskTracker,
+    ) -> Arc<Self> {
+        let interrupt = shutdown.clone();
+        Self::with_turn_grace(
+            store,
+            channels,
+            max_concurrent_turns,
+            metrics,
+            (shutdown, interrupt),
+            tracker,
+        )
+    }
+
+    /// A bus that stops starting turns when `stop.0` (shutdown) is cancelled, and
+    /// interrupts the running ones only when `stop.1` is: in between they may finish.
+    pub fn with_turn_grace(
+        store: Arc<dyn Store>,
+        channels: ChannelRegistry,
+        max_concurrent_turns: usize,
+        metrics: Arc<Metrics>,
+        (shutdown, interrupt): (CancellationToken, CancellationToken),
         tracker: TaskTracker,
     ) -> Arc<Self> {
         let outbox = Outbox::new(store.clone(), channels, metrics.clone(), shutdown.clone());
@@ -174,11 +201,20 @@ impl Bus {
             outbox,
             metrics,
             shutdown,
+            interrupt,
             tracker,
+            workers: TaskTracker::new(),
             idle: tokio::sync::Notify::new(),
             intake: tokio::sync::watch::Sender::new(true),
             replayed: Default::default(),
         })
+    }
+
+    /// Once shutdown began: wait until no chat worker is left, i.e. the turns that were
+    /// running have ended and their replies were handed to the outbox (no new turn starts).
+    pub async fn turns_settled(&self) {
+        self.workers.close();
+        self.workers.wait().await;
     }
 
     /// Hold new messages until [`Bus::replay`] has queued the last run's (call before the
@@ -418,7 +454,10 @@ impl Bus {
         if spawn {
             self.metrics.active_workers.fetch_add(1, Ordering::Relaxed);
             let bus = self.clone();
-            self.tracker.spawn(async move { bus.run_worker(key).await });
+            let worker = self
+                .workers
+                .track_future(async move { bus.run_worker(key).await });
+            self.tracker.spawn(worker);
         }
     }
 

@@ -17,7 +17,7 @@ const RECORD_RETRY_MAX: Duration = Duration::from_secs(30);
 impl Bus {
     pub(super) async fn run_worker(self: Arc<Self>, key: ChatKey) {
         loop {
-            let cancel = self.shutdown.child_token();
+            let cancel = self.interrupt.child_token();
             let Some(batch) = self.next_batch(&key, &cancel) else {
                 break;
             };
@@ -65,8 +65,8 @@ impl Bus {
             self.turn_finished(&key);
             let output = match result {
                 Ok(output) => output,
-                Err(_) if self.shutdown.is_cancelled() => {
-                    tracing::info!(%key, "turn interrupted by shutdown; it will run again on start");
+                Err(_) if self.interrupt.is_cancelled() => {
+                    tracing::info!(%key, "turn interrupted by shutdown; it goes on at the next start");
                     break;
                 }
                 // Interrupted by `/stop`: the messages are done with.

@@ -100,6 +100,7 @@ impl Subagents {
             &mut state,
             None,
             &self.metrics,
+            None,
         )
         .await;
         let text = match end {
