@@ -197,7 +197,19 @@ impl GatewaySink {
     ) -> Result<Decision, crate::store::StoreError> {
         let approved =
             pairing::is_approved(self.bus.store().as_ref(), &msg.key.channel, &msg.sender.id)?;
-        Ok(access::decide(access, msg, approved))
+        let decision = access::decide(access, msg, approved);
+        // A bare `/stop` in a group that only mentions reach is for the turn the bot is
+        // running there: people do not type `/stop@bot` to stop the answer they are reading.
+        let stops_our_turn = || {
+            switchboard_channel::command_name(&msg.text).as_deref() == Some("stop")
+                && self.bus.is_running(&msg.key)
+        };
+        if decision == Decision::Ignore && msg.is_group && !msg.mentions_bot && stops_our_turn() {
+            let mut addressed = msg.clone();
+            addressed.mentions_bot = true;
+            return Ok(access::decide(access, &addressed, approved));
+        }
+        Ok(decision)
     }
 
     /// Delete the files an adapter downloaded for a message that is not let in (a stranger's,

@@ -316,6 +316,41 @@ async fn group_answers_mentions_and_replies_to_the_bot_only() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_stop_in_a_group_stops_the_turn_running_there() {
+    let t = Tg::start("allow_from = [\"5151\"]").await;
+    let group = -100_778;
+    let alice = TgUser::new(5151, "alice");
+    let mallory = TgUser::new(6006, "mallory");
+    // `/stop` as a Telegram client sends it, without `@bot`.
+    let stop = |user: &TgUser, id: i64| {
+        let mut u = with_message_id(t.tg.group_text(group, user, "/stop"), id);
+        u["message"]["entities"] =
+            serde_json::json!([{"type": "bot_command", "offset": 0, "length": 5}]);
+        u
+    };
+    // Nothing of ours runs there: it may be for another bot, and is not answered.
+    t.tg.push_update(stop(&alice, 7000));
+    t.llm
+        .push(Reply::text("far too late").with_delay(Duration::from_secs(300)));
+    t.tg.push_update(t.tg.group_mention(group, &alice, "write me a novel"));
+    t.llm.wait_for_requests(1, WAIT).await.unwrap();
+    // Someone the bot does not serve cannot stop it; a member it serves can.
+    t.tg.push_update(stop(&mallory, 7001));
+    t.tg.push_update(stop(&alice, 7002));
+    let sent = t.wait_sent(1).await;
+    assert_eq!(
+        (sent[0].text.as_str(), sent[0].chat_id, sent[0].reply_to),
+        ("Stopped.", group, Some(7002)),
+        "{sent:?}"
+    );
+    // The group is free again; the novel never comes, and nothing else was said.
+    t.tg.push_update(t.tg.group_mention(group, &alice, "hello again"));
+    let sent = t.wait_sent(2).await;
+    assert!(sent[1].text.contains("hello again"), "{sent:?}");
+    assert_eq!(t.tg.sent().len(), 2, "{:?}", t.tg.sent());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_between_intake_and_reply_delivers_exactly_one_reply() {
     let mut t = Tg::start("dm_policy = \"open\"").await;
     let carol = TgUser::new(7007, "carol");
