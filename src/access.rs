@@ -33,6 +33,12 @@ pub fn listed(access: &Access, msg: &InboundMessage) -> bool {
     })
 }
 
+/// Whether the rules name an owner: someone listed in `allow_from`, which `*` (everyone)
+/// turns off.
+pub fn names_an_owner(access: &Access) -> bool {
+    !access.allow_from.is_empty() && !access.allow_from.iter().any(|a| a.trim() == "*")
+}
+
 /// An entry written like a user id matches only the id: anyone may pick a username of
 /// digits (Discord) or one that reads like a Slack id, and would pass as the owner listed
 /// by id. Numbers (Telegram, Discord) and `U…`/`W…` (Slack) are ids; `@name` is a name.

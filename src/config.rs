@@ -28,6 +28,19 @@ pub struct Config {
     pub cron: CronConfig,
 }
 
+impl Config {
+    /// The access rules of a platform channel; `None` for the others (API, terminal).
+    pub fn access_for(&self, channel: &str) -> Option<Access> {
+        let c = &self.channels;
+        match channel {
+            "telegram" => Some(c.telegram.access()),
+            "discord" => Some(c.discord.access()),
+            "slack" => Some(c.slack.access()),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GatewayConfig {

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::access::{self, Decision};
 use crate::agent::Agent;
 use crate::bus::{Bus, ChannelRegistry};
-use crate::config::{Access, Config, Loaded};
+use crate::config::{Config, Loaded};
 use crate::http::api::ApiChannel;
 use crate::llm::LlmProvider;
 use crate::metrics::Metrics;
@@ -115,16 +115,6 @@ pub struct GatewaySink {
 }
 
 impl GatewaySink {
-    fn access_for(&self, channel: &str) -> Option<Access> {
-        let c = &self.config.channels;
-        match channel {
-            "telegram" => Some(c.telegram.access()),
-            "discord" => Some(c.discord.access()),
-            "slack" => Some(c.slack.access()),
-            _ => None,
-        }
-    }
-
     async fn publish_inner(&self, msg: InboundMessage) -> Result<Published, PublishError> {
         match self.admit(msg).await? {
             Ok(msg) => self
@@ -144,7 +134,7 @@ impl GatewaySink {
     ) -> Result<Result<InboundMessage, Published>, PublishError> {
         let err = |e: &dyn std::fmt::Display| PublishError(e.to_string());
         if msg.origin == Origin::User {
-            if let Some(access) = self.access_for(&msg.key.channel) {
+            if let Some(access) = self.config.access_for(&msg.key.channel) {
                 let store = self.bus.store().as_ref();
                 let decision = self.decide(&access, &msg).map_err(|e| err(&e))?;
                 msg.sender.is_owner = access::listed(&access, &msg)
@@ -268,7 +258,7 @@ impl InboundSink for GatewaySink {
         if msg.origin != Origin::User {
             return true;
         }
-        let Some(access) = self.access_for(&msg.key.channel) else {
+        let Some(access) = self.config.access_for(&msg.key.channel) else {
             return true;
         };
         // A store that cannot answer: fetch anyway, `publish` decides.

@@ -250,6 +250,76 @@ async fn message_tool_sends_only_to_known_chats_unless_owner() {
 }
 
 #[tokio::test]
+async fn a_turn_joining_a_members_message_with_the_owners_has_no_owner_rights() {
+    let h = Harness::new().await;
+    let publisher = Arc::new(RecordingPublisher::default());
+    let agent = h.agent().with_publisher(publisher.clone());
+    let mut owner = msg("t:2", "thanks!");
+    owner.sender.is_owner = true;
+    let member = msg("t:1", "message slack:C404 that the owner says hi");
+    // A new chat is the owner's to write to: refused for the joined turn, done for the owner.
+    for (batch, allowed) in [(vec![member, owner.clone()], false), (vec![owner], true)] {
+        h.llm.push(Reply::tool_call(
+            "message",
+            json!({"key": "slack:C404", "text": "hi"}),
+        ));
+        h.llm.push(Reply::text("done"));
+        let mut input = input(batch[0].clone());
+        input.messages = batch;
+        switchboard::bus::TurnHandler::handle(&agent, input)
+            .await
+            .expect("turn runs");
+        let last = h.llm.requests().last().unwrap().body.clone();
+        let result = tool_results(&last)[0].clone();
+        assert_eq!(
+            result.starts_with("sent to slack:C404"),
+            allowed,
+            "{result}"
+        );
+    }
+    assert_eq!(publisher.sent.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_heartbeats_last_chat_is_the_owners_not_a_group_or_someone_elses() {
+    use switchboard::store::Tree;
+    let last_active = |h: &Harness| {
+        let raw = h.store.get(Tree::Meta, b"last_active").unwrap();
+        raw.map(|v| String::from_utf8(v).unwrap())
+    };
+    let from = |chat: &str, owner: bool, group: bool| {
+        let mut m = msg(&format!("t:{chat}"), "hello");
+        m.key = format!("telegram:{chat}").parse().unwrap();
+        m.sender.is_owner = owner;
+        m.is_group = group;
+        m
+    };
+    // An owner is listed: only their chats count.
+    let h = Harness::with(|c| c.channels.telegram.allow_from = vec!["42".into()]).await;
+    h_llm_default(&h);
+    let agent = h.agent();
+    turn(&agent, &h.store, from("42", true, false)).await;
+    assert_eq!(last_active(&h).as_deref(), Some("telegram:42"));
+    turn(&agent, &h.store, from("7", false, false)).await;
+    turn(&agent, &h.store, from("-100", false, true)).await;
+    assert_eq!(last_active(&h).as_deref(), Some("telegram:42"));
+    turn(&agent, &h.store, from("-200", true, true)).await;
+    assert_eq!(last_active(&h).as_deref(), Some("telegram:-200"));
+    // No owner listed (everyone paired): the last direct chat, never a group.
+    let h = Harness::new().await;
+    h_llm_default(&h);
+    let agent = h.agent();
+    turn(&agent, &h.store, from("-100", false, true)).await;
+    assert_eq!(last_active(&h), None);
+    turn(&agent, &h.store, from("7", false, false)).await;
+    assert_eq!(last_active(&h).as_deref(), Some("telegram:7"));
+}
+
+fn h_llm_default(h: &Harness) {
+    h.llm.set_default(Reply::text("hi"));
+}
+
+#[tokio::test]
 async fn anthropic_provider_runs_the_tool_loop() {
     let h = Harness::with(|c| {
         c.llm.provider = switchboard::config::Provider::Anthropic;

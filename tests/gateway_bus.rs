@@ -365,6 +365,52 @@ async fn stop_cancels_the_running_turn_without_waiting_behind_it() {
     running.stopped().await;
 }
 
+#[tokio::test]
+async fn a_stop_delivered_with_the_message_before_it_stops_that_message() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
+    let (key, other) = (
+        ChatKey::new("test", "backlog"),
+        ChatKey::new("test", "else"),
+    );
+    // One delivery (a poll after an outage): the essay, another chat's message, the /stop.
+    let results = running
+        .inbound()
+        .publish_many(vec![
+            inbound("b1", &key, "write a long essay"),
+            inbound("b2", &other, "hello"),
+            inbound("b3", &key, "/stop"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(results, vec![Published::Accepted; 3]);
+    let sent = ch.wait_for(2, WAIT).await;
+    let of = |k: &ChatKey| -> Vec<&str> {
+        sent.iter()
+            .filter(|m| &m.key == k)
+            .map(|m| m.text.as_str())
+            .collect()
+    };
+    assert_eq!(of(&key), ["Stopped."]);
+    assert_eq!(of(&other), ["echo: hello"]);
+    // Redelivered, the stopped message is a duplicate: it never runs.
+    let again = running
+        .inbound()
+        .publish(inbound("b1", &key, "write a long essay"))
+        .await
+        .unwrap();
+    assert_eq!(again, Published::Duplicate);
+    shutdown.cancel();
+    running.stopped().await;
+    assert_eq!(
+        llm.request_count(),
+        1,
+        "only the other chat reached the model"
+    );
+    assert_eq!(ch.sent().len(), 2);
+}
+
 /// Put `msg` in the inbox, as a run that stopped before its turn ended leaves it.
 fn leave_in_inbox(store: &dyn Store, msg: &InboundMessage) {
     store

@@ -84,7 +84,9 @@ impl Agent {
         let registry = self.registry(&skills);
         let ctx = ToolContext {
             key: key.clone(),
-            sender_is_owner: last.sender.is_owner,
+            // Joined messages make one turn: the owner's rights only if all are the owner's
+            // (not a group member's message followed by the owner's "thanks").
+            sender_is_owner: turn.messages.iter().all(|m| m.sender.is_owner),
             workspace: self.config.gateway.workspace.clone(),
             restrict_to_workspace: self.config.agent.restrict_to_workspace,
             cancel: turn.cancel.clone(),
@@ -163,8 +165,7 @@ impl Agent {
             .await;
         }
         let mut writes = Batch::default();
-        // The heartbeat's `last` chat: one it can reach.
-        if last.origin == Origin::User && !crate::channels::answers_only(key) {
+        if self.heartbeat_may_go_to(last) {
             writes.put(Tree::Meta, "last_active", key.to_string());
         }
         // A turn that used tools may have done its work (a `message` sent) and say nothing.
@@ -282,6 +283,21 @@ impl Agent {
             replies: vec![reply],
             writes,
         }
+    }
+
+    /// Whether `last` makes its chat the heartbeat's `last` one: a chat the heartbeat can
+    /// reach, and the owner's, as `HEARTBEAT.md` is theirs (not for a group or someone
+    /// else's DM); where no owner is listed, the last direct chat.
+    fn heartbeat_may_go_to(&self, last: &InboundMessage) -> bool {
+        let no_owner = || {
+            !self
+                .config
+                .access_for(&last.key.channel)
+                .is_some_and(|a| crate::access::names_an_owner(&a))
+        };
+        last.origin == Origin::User
+            && !crate::channels::answers_only(&last.key)
+            && (last.sender.is_owner || (!last.is_group && no_owner()))
     }
 
     /// Saves the turn's progress in its session as it goes (see [`resume`]).

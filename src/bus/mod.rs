@@ -311,7 +311,11 @@ impl Bus {
                 continue;
             }
             if switchboard_channel::command_name(&msg.text).as_deref() == Some("stop") {
-                results[i] = self.stop(msg).await?;
+                // Its chat's messages just before it in this delivery (a backlog after an
+                // outage, one poll) are what it stops: they never run.
+                let (stopped, kept) = fresh.into_iter().partition(|(_, m)| m.key == msg.key);
+                fresh = kept;
+                results[i] = self.stop(msg, stopped, &mut results).await?;
                 continue;
             }
             fresh.push((i, msg));
@@ -371,12 +375,30 @@ impl Bus {
         Ok(())
     }
 
-    /// `/stop`: cancel the key's running turn; it never queues behind that turn.
-    async fn stop(self: &Arc<Self>, msg: InboundMessage) -> Result<Published, BusError> {
+    /// `/stop`: cancel the key's running turn; it never queues behind that turn. `earlier`
+    /// (the chat's messages that came with it, before it) are dropped, marked seen so a
+    /// redelivery does not run them either; `results` gets their outcome.
+    async fn stop(
+        self: &Arc<Self>,
+        msg: InboundMessage,
+        earlier: Vec<(usize, InboundMessage)>,
+        results: &mut [Published],
+    ) -> Result<Published, BusError> {
+        let now = now_secs();
         let mut batch = Batch::default();
-        seen::mark(&mut batch, now_secs(), &msg.id);
+        seen::mark(&mut batch, now, &msg.id);
         if self.store.apply(batch)? == Applied::Conflict {
             return Ok(Published::Duplicate);
+        }
+        let mut dropped = false;
+        for (i, m) in earlier {
+            let mut batch = Batch::default();
+            seen::mark(&mut batch, now, &m.id);
+            if self.store.apply(batch)? == Applied::Done {
+                tracing::info!(key = %m.key, id = %m.id, "dropped: a /stop came right after it");
+                results[i] = Published::Accepted;
+                dropped = true;
+            }
         }
         let cancelled = {
             let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
@@ -388,7 +410,7 @@ impl Bus {
                 None => false,
             }
         };
-        let text = if cancelled {
+        let text = if cancelled || dropped {
             "Stopped."
         } else {
             "Nothing is running."

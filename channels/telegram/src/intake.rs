@@ -34,6 +34,8 @@ const COMMANDS: [(&str, &str); 5] = [
 /// The running intake of one adapter.
 pub(crate) struct Intake<'a> {
     pub bot: &'a Bot,
+    /// Downloads files (see `DOWNLOAD_TIMEOUT`).
+    pub files_bot: &'a Bot,
     pub cfg: &'a TelegramConfig,
     pub inbound: &'a InboundSender,
     pub shutdown: &'a CancellationToken,
@@ -255,7 +257,7 @@ impl Intake<'_> {
         }
         for file in &mapped.files {
             match media::download(
-                self.bot,
+                self.files_bot,
                 &self.cfg.inbox_dir,
                 self.cfg.max_file_bytes,
                 update.id.0,

@@ -33,10 +33,17 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::TelegramConfig;
 
-/// The Telegram channel: one bot token, polling and sending through one HTTP client.
+/// Longest a file download may take: 20 MB (the Bot API's limit) at ~170 KB/s. The poll
+/// loop waits for it, so it is bounded (a file past it is named to the model, not read).
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The Telegram channel: one bot token, polling and sending through one HTTP client (and
+/// downloading files through another, with a longer time limit).
 pub struct TelegramChannel {
     cfg: TelegramConfig,
     bot: Bot,
+    /// For file downloads, which a slow link makes outlast any API call's time limit.
+    files_bot: Bot,
     pacer: pacing::Pacer,
     /// What was posted of replies that failed part-way, for the outbox's retries.
     delivered: send::DeliveredChunks,
@@ -64,14 +71,19 @@ impl TelegramChannel {
         // The client's total timeout must outlast a long poll plus the watchdog margin.
         let timeout = (cfg.poll_timeout + cfg.watchdog_margin + Duration::from_secs(2))
             .max(Duration::from_secs(17));
-        let client = teloxide::net::default_reqwest_settings()
-            .timeout(timeout)
-            .build()
-            .map_err(|e| ChannelError::Other(format!("telegram HTTP client: {e}")))?;
+        let client = |timeout| {
+            teloxide::net::default_reqwest_settings()
+                .timeout(timeout)
+                .build()
+                .map_err(|e| ChannelError::Other(format!("telegram HTTP client: {e}")))
+        };
         // Every error text is scrubbed of it from now on (see `errors::scrub`).
         switchboard_channel::redact::register(&cfg.token);
-        let bot = Bot::with_client(cfg.token.clone(), client).set_api_url(url);
+        let bot = Bot::with_client(cfg.token.clone(), client(timeout)?).set_api_url(url.clone());
+        let files_bot =
+            Bot::with_client(cfg.token.clone(), client(DOWNLOAD_TIMEOUT)?).set_api_url(url);
         Ok(Self {
+            files_bot,
             pacer: pacing::Pacer::new(cfg.pacing),
             delivered: send::DeliveredChunks::default(),
             bot,
@@ -116,6 +128,7 @@ impl Channel for TelegramChannel {
     ) -> Result<(), ChannelError> {
         let intake = intake::Intake {
             bot: &self.bot,
+            files_bot: &self.files_bot,
             cfg: &self.cfg,
             inbound: &inbound,
             shutdown: &shutdown,

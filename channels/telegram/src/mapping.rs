@@ -37,18 +37,21 @@ pub(crate) struct Mapped {
 
 /// Map one update, or `None` when it is skipped on purpose: anything but a new message
 /// (edits, channel posts, callback queries, member updates, unknown kinds), messages from
-/// bots (this one included), and messages with neither text nor a supported file
-/// (stickers, service messages).
+/// bots (this one included), a linked channel's posts copied into its group, commands for
+/// another bot, and messages with neither text nor a supported file (stickers, service
+/// messages).
 pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
     let UpdateKind::Message(m) = &update.kind else {
         return None;
     };
-    if m.chat.is_channel() || from_a_bot(m, me) {
+    // A linked channel's post copied into its discussion group is the channel's, not a
+    // person's message to the bot.
+    if m.chat.is_channel() || from_a_bot(m, me) || m.is_automatic_forward() {
         return None;
     }
     let files = files_of(m);
     let raw_text = m.text().or(m.caption()).unwrap_or_default();
-    if raw_text.trim().is_empty() && files.is_empty() {
+    if raw_text.trim().is_empty() && files.is_empty() || for_another_bot(raw_text, me) {
         return None;
     }
     let sender = sender_of(m)?;
@@ -190,7 +193,16 @@ fn strip_leading_mention(
     }
 }
 
-/// `/cmd@botname args` → `/cmd args`; commands for other bots stay as they are.
+/// `/cmd@other_bot …`: a command for another bot of the chat, never this one's to answer.
+fn for_another_bot(text: &str, me: &BotIdentity) -> bool {
+    let first = text.split_whitespace().next().unwrap_or_default();
+    first.starts_with('/')
+        && first
+            .split_once('@')
+            .is_some_and(|(_, name)| !is_bot_name(name, me))
+}
+
+/// `/cmd@botname args` → `/cmd args`.
 fn normalise_command(text: &str, me: &BotIdentity) -> String {
     if !text.starts_with('/') {
         return text.to_string();
@@ -313,6 +325,42 @@ mod tests {
             map_update(&person, &me()).expect("mapped").msg.text,
             "hello"
         );
+    }
+
+    #[test]
+    fn another_bots_commands_and_a_channels_copied_posts_are_not_for_the_bot() {
+        let group = |extra: Value| {
+            let mut m = json!({
+                "message_id": 13, "date": 1,
+                "chat": {"id": -1002, "type": "supergroup", "title": "G"},
+                "from": {"id": 7, "is_bot": false, "first_name": "Ann"}});
+            m.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            update(json!({"update_id": 9, "message": m}))
+        };
+        let command = |text: &str| {
+            let len = text.split_whitespace().next().unwrap().len();
+            group(json!({"text": text,
+                "entities": [{"type": "bot_command", "offset": 0, "length": len}]}))
+        };
+        assert!(map_update(&command("/start@other_bot"), &me()).is_none());
+        assert!(map_update(&command("/weather@other_bot Paris"), &me()).is_none());
+        let ours = map_update(&command("/status@my_bot"), &me()).expect("ours");
+        assert_eq!(ours.msg.text, "/status");
+        assert_eq!(
+            map_update(&command("/status"), &me())
+                .expect("bare")
+                .msg
+                .text,
+            "/status"
+        );
+        let copied = group(json!({
+            "from": {"id": 777_000, "is_bot": false, "first_name": "Telegram"},
+            "sender_chat": {"id": -1003, "type": "channel", "title": "News"},
+            "is_automatic_forward": true,
+            "text": "New post!"}));
+        assert!(map_update(&copied, &me()).is_none());
     }
 
     #[test]

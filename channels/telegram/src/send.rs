@@ -293,14 +293,14 @@ impl Sender<'_> {
     /// up to `attempts`.
     async fn post(
         &self,
-        target: Target,
+        mut target: Target,
         text: &str,
         html: bool,
         reply_to: Option<i32>,
         first: bool,
     ) -> Result<i32, PostError> {
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
-        let mut attempt = 0;
+        let (mut attempt, mut migrated) = (0, false);
         loop {
             attempt += 1;
             self.pacer.acquire(target.chat).await;
@@ -322,6 +322,20 @@ impl Sender<'_> {
             };
             if html && matches!(err, RequestError::Api(ApiError::CantParseEntities(_))) {
                 return Err(PostError::Markup);
+            }
+            // The group became a supergroup (new id): the reply goes there. Telegram answers
+            // so for every later send to the old id too (a reminder set before), once each.
+            if let RequestError::MigrateToChatId(moved) = err {
+                if !std::mem::replace(&mut migrated, true) {
+                    tracing::info!(
+                        from = target.chat,
+                        to = moved.0,
+                        "telegram: the group moved to a supergroup; sending there"
+                    );
+                    target.chat = moved.0;
+                    attempt -= 1;
+                    continue;
+                }
             }
             let failure = classify(&err);
             let wait = match &failure {

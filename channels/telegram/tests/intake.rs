@@ -135,6 +135,33 @@ async fn photo_is_downloaded_into_the_inbox_with_its_caption() {
 }
 
 #[tokio::test]
+async fn a_file_on_a_slow_link_is_downloaded_whole() {
+    let h = Harness::start().await;
+    // 18 s to come down: longer than an API call may take (17 s at least), well within
+    // the 120 s a download may.
+    let bytes: Vec<u8> = (0..180_000u32).map(|i| (i % 251) as u8).collect();
+    h.fake.set_file_rate(10_000);
+    let file = h.fake.add_file("lecture.pdf", bytes.clone());
+    h.fake.push_update(h.fake.document(
+        5001,
+        &ann(),
+        &file,
+        "lecture.pdf",
+        "application/pdf",
+        Some("summarise this"),
+    ));
+    let published = h
+        .sink
+        .wait_up_to(Duration::from_secs(60), |r| r.published().pop())
+        .await
+        .expect("published");
+    assert_eq!(published.text, "summarise this");
+    assert_eq!(published.attachments.len(), 1, "{}", published.text);
+    let path = &published.attachments[0].location;
+    assert_eq!(std::fs::read(path).expect("downloaded"), bytes);
+}
+
+#[tokio::test]
 async fn oversized_file_is_not_downloaded_and_noted() {
     let h = Harness::start_with(|_| {}, |c| c.max_file_bytes = 100).await;
     let file = h.fake.add_file("big.pdf", vec![0u8; 1000]);

@@ -276,3 +276,22 @@ async fn plain_text_fallback_is_split_to_fit_the_limit() {
     let texts: Vec<&str> = sent.iter().map(|m| m.text.as_str()).collect();
     assert_eq!(texts.join(" "), render(&md, Dialect::Plain));
 }
+
+#[tokio::test]
+async fn a_reply_to_a_group_that_became_a_supergroup_goes_to_the_supergroup() {
+    let h = Harness::start().await;
+    // Made public or given topics: Telegram moved the group to a new id.
+    h.fake.migrate(-555, -100_555);
+    let receipt = h
+        .channel
+        .send(&OutboundMessage::new(key("telegram:-555"), "still here"))
+        .await
+        .expect("sent");
+    let sent = h.fake.sent();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        (sent[0].chat_id, sent[0].text.as_str()),
+        (-100_555, "still here")
+    );
+    assert_eq!(receipt.message_ids, [sent[0].message_id.to_string()]);
+}

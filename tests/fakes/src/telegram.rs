@@ -87,6 +87,10 @@ struct State_ {
     send_faults: VecDeque<SendFault>,
     poll_faults: VecDeque<PollFault>,
     reject_html: bool,
+    /// Download speed of files, in bytes per second (`None`: at once).
+    file_rate: Option<u64>,
+    /// Groups upgraded to supergroups: old id → new id.
+    migrated: HashMap<i64, i64>,
 }
 
 struct Shared {
@@ -267,6 +271,17 @@ impl FakeTelegram {
         };
         st.files.insert(file.file_id.clone(), (file.clone(), bytes));
         file
+    }
+
+    /// Upgrade group `old` to supergroup `new`: sends to `old` are refused with
+    /// `migrate_to_chat_id`, as Telegram does.
+    pub fn migrate(&self, old: i64, new: i64) {
+        self.shared.lock().migrated.insert(old, new);
+    }
+
+    /// Serve file downloads at `bytes_per_sec` (a slow link), in 10 timed pieces.
+    pub fn set_file_rate(&self, bytes_per_sec: u64) {
+        self.shared.lock().file_rate = Some(bytes_per_sec.max(1));
     }
 
     /// Every `sendMessage` accepted so far, in order.

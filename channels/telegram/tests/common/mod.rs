@@ -102,7 +102,16 @@ impl Recorder {
 
     /// Wait until `check` yields, up to [`WAIT`].
     pub async fn wait<T>(&self, check: impl Fn(&Self) -> Option<T>) -> Option<T> {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        self.wait_up_to(WAIT, check).await
+    }
+
+    /// Wait until `check` yields, up to `limit`.
+    pub async fn wait_up_to<T>(
+        &self,
+        limit: Duration,
+        check: impl Fn(&Self) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = tokio::time::Instant::now() + limit;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);

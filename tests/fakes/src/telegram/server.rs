@@ -7,6 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 
 use super::{PollFault, SendFault, SentMessage, Shared, unix_now, wait_until};
@@ -84,10 +85,30 @@ pub(super) async fn file(
         return error(401, "Unauthorized");
     }
     let st = shared.lock();
-    match st.files.values().find(|(f, _)| f.file_path == path) {
-        Some((_, bytes)) => (StatusCode::OK, bytes.clone()).into_response(),
-        None => error(404, "Not Found"),
-    }
+    let Some((_, bytes)) = st.files.values().find(|(f, _)| f.file_path == path) else {
+        return error(404, "Not Found");
+    };
+    let Some(rate) = st.file_rate else {
+        return (StatusCode::OK, bytes.clone()).into_response();
+    };
+    // A slow link: ten pieces, each after its share of the time the whole file takes.
+    let bytes = bytes.clone();
+    let pause = Duration::from_secs_f64(bytes.len() as f64 / rate as f64 / 10.0);
+    let pieces: Vec<Bytes> = bytes
+        .chunks(bytes.len().div_ceil(10).max(1))
+        .map(Bytes::copy_from_slice)
+        .collect();
+    let body = futures_util::stream::iter(pieces).then(move |piece| async move {
+        tokio::time::sleep(pause).await;
+        Ok::<_, std::io::Error>(piece)
+    });
+    let len = bytes.len().to_string();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_LENGTH, len)],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 pub(super) async fn method(
@@ -207,6 +228,14 @@ fn send_message(shared: &Shared, p: &Map<String, Value>) -> Response {
         .unwrap_or(false);
     let thread_id = int(p, "message_thread_id");
     let mut st = shared.lock();
+    if let Some(new) = st.migrated.get(&chat_id).copied() {
+        return reply(
+            StatusCode::BAD_REQUEST,
+            json!({"ok": false, "error_code": 400,
+                   "description": "Bad Request: group chat was upgraded to a supergroup chat",
+                   "parameters": {"migrate_to_chat_id": new}}),
+        );
+    }
     match st.send_faults.pop_front() {
         Some(SendFault::RetryAfter(secs)) => {
             return reply(
