@@ -316,8 +316,10 @@ pub struct Running {
     /// Where the admin API listens, when it does.
     pub admin_addr: Option<std::net::SocketAddr>,
     shutdown: CancellationToken,
-    /// Interrupts the turns still running once their grace is over.
+    /// Interrupts the turns (and sub-agents) still running once their grace is over.
     interrupt: CancellationToken,
+    /// The sub-agents, given the same grace as turns.
+    subagents: TaskTracker,
     turn_grace: Duration,
     tracker: TaskTracker,
     data_dir: PathBuf,
@@ -345,6 +347,7 @@ pub async fn start(
     let health = Arc::new(Health::default());
     let channels: ChannelRegistry = Default::default();
     let interrupt = CancellationToken::new();
+    let subagents = TaskTracker::new();
     let bus = Bus::with_turn_grace(
         store.clone(),
         channels.clone(),
@@ -400,6 +403,7 @@ pub async fn start(
     let agent = Agent::new(config.clone(), store.clone(), llm, metrics.clone())
         .with_streams(api.clone())
         .with_shutdown(interrupt.clone())
+        .with_tasks(subagents.clone())
         .with_tools(vec![Arc::new(crate::scheduler::CronTool::new(
             scheduler.clone(),
         ))])
@@ -499,6 +503,7 @@ pub async fn start(
         admin_addr,
         shutdown,
         interrupt,
+        subagents,
         turn_grace: opts.turn_grace,
         tracker,
         data_dir,
@@ -512,9 +517,15 @@ impl Running {
         tracing::info!("shutting down");
         let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
         self.tracker.close();
+        self.subagents.close();
         // Intake has stopped and no turn starts; the running ones may finish, so their
-        // replies go out now and what their tools did is not done twice.
-        if tokio::time::timeout(self.turn_grace, self.shared.bus.turns_settled())
+        // replies go out now and what their tools did is not done twice. Sub-agents too:
+        // their results are kept for the next start.
+        let settled = async {
+            self.shared.bus.turns_settled().await;
+            self.subagents.wait().await;
+        };
+        if tokio::time::timeout(self.turn_grace, settled)
             .await
             .is_err()
         {
@@ -527,10 +538,11 @@ impl Running {
         // Requests waiting for a reply would hold the HTTP server's drain past the deadline.
         self.shared.api.close_waiters();
         self.shared.cli.close_waiters();
-        if tokio::time::timeout_at(deadline, self.tracker.wait())
-            .await
-            .is_err()
-        {
+        let stopped = async {
+            self.subagents.wait().await;
+            self.tracker.wait().await;
+        };
+        if tokio::time::timeout_at(deadline, stopped).await.is_err() {
             tracing::warn!("some tasks did not stop in time; their messages stay in the inbox");
         } else if let Err(e) = self.shared.bus.note_clean_stop() {
             tracing::warn!("could not note the clean stop: {e}");

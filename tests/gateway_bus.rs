@@ -603,7 +603,7 @@ async fn a_message_that_only_waited_through_crashes_is_never_given_up() {
 }
 
 #[tokio::test]
-async fn after_a_crash_the_message_that_was_running_runs_alone_and_is_counted() {
+async fn after_a_crash_the_message_that_was_running_is_counted_and_the_waiting_ones_join_it() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
     // A crash left three messages of one chat (no clean stop noted): the first was running.
@@ -614,14 +614,38 @@ async fn after_a_crash_the_message_that_was_running_runs_alone_and_is_counted() 
     let turns = Arc::new(Turns::default());
     let (bus, shutdown, tracker) = bus_on(&store, 4, turns.clone());
     assert_eq!(bus.replay().await.unwrap(), 3);
-    // Alone, so that a turn the gateway dies in is counted against the message doing it;
-    // the two that only waited are joined, uncounted.
+    // One turn, as joined before the crash (so it can go on from its saved steps): only the
+    // message that was running counts the start.
     assert_eq!(
-        turns.wait_for(2).await,
-        [
-            vec![("was running".to_string(), 1)],
-            vec![("waited".to_string(), 0), ("waited too".to_string(), 0)],
-        ]
+        turns.wait_for(1).await,
+        [vec![
+            ("was running".to_string(), 1),
+            ("waited".to_string(), 0),
+            ("waited too".to_string(), 0)
+        ]]
     );
     stop_bus(shutdown, tracker).await;
+}
+
+#[tokio::test]
+async fn a_given_up_message_leaves_the_ones_joined_behind_it_to_run() {
+    use switchboard::bus::MAX_RESUMES;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let key = ChatKey::new("test", "poisoned");
+    let mut poison = message("g-0", &key, "crash me");
+    poison
+        .metadata
+        .insert("resumes".into(), serde_json::json!(MAX_RESUMES));
+    leave_in_inbox(&*store, &poison);
+    leave_in_inbox(&*store, &message("g-1", &key, "waited"));
+    let turns = Arc::new(Turns::default());
+    let (bus, shutdown, tracker) = bus_on(&store, 4, turns.clone());
+    assert_eq!(bus.replay().await.unwrap(), 2);
+    assert_eq!(turns.wait_for(1).await, [vec![("waited".to_string(), 0)]]);
+    stop_bus(shutdown, tracker).await;
+    assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
+    let told = store.scan(Tree::Outbox, &[]).unwrap();
+    assert_eq!(told.len(), 1);
+    assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
 }

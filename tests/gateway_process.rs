@@ -136,7 +136,10 @@ async fn sigkill_after_a_tool_ran_resumes_the_turn_without_running_the_tool_agai
     assert_eq!(llm.request_count(), 3);
     let s = session_of(&env, "api:tool");
     assert_eq!(s.messages.len(), 4, "{:?}", s.messages);
-    assert_eq!(s.unfinished, None);
+    let store = SledStore::open(&env.data_dir()).unwrap();
+    let key: ChatKey = "api:tool".parse().unwrap();
+    let kept = switchboard::agent::resume::find(&store, &key, &[]).unwrap();
+    assert!(!kept.kept, "the finished turn's progress is gone");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

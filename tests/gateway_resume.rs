@@ -58,7 +58,7 @@ async fn a_turn_running_at_the_stop_finishes_within_the_grace_and_its_reply_goes
     assert_eq!(store.len(Tree::Outbox), 0);
     let session = Session::load(store.as_ref(), &key).unwrap();
     assert_eq!(session.messages.len(), 2);
-    assert_eq!(session.unfinished, None);
+    assert!(!resume::find(store.as_ref(), &key, &[]).unwrap().kept);
 }
 
 #[tokio::test]
@@ -97,14 +97,17 @@ async fn a_turn_interrupted_after_its_grace_goes_on_at_the_next_start_without_re
     );
     let session = Session::load(store.as_ref(), &key).unwrap();
     assert!(session.messages.is_empty(), "{:?}", session.messages);
-    let kept = session.unfinished.expect("the turn's progress is kept");
+    let asked = message("r-1", &key, "run the script");
+    let found = resume::find(store.as_ref(), &key, &[asked]).unwrap();
+    let kept = found.resume.expect("the turn's progress is kept");
     assert_eq!(kept.ids, ["r-1"]);
     assert_eq!(kept.user.content, "run the script");
     assert_eq!(kept.iteration, 2);
     let roles: Vec<_> = kept.produced.iter().map(|m| m.role).collect();
     use switchboard::llm::Role::{Assistant, Tool};
     assert_eq!(roles, [Assistant, Tool, Assistant, Tool]);
-    assert_eq!(kept.produced[3].content, resume::INTERRUPTED);
+    // The call cut off has no result of its own: the model is told to check it.
+    assert_eq!(kept.produced[3].content, resume::UNKNOWN);
     drop(store);
 
     // The next start goes on from there: the model sees what was done, nothing runs twice.
@@ -125,7 +128,7 @@ async fn a_turn_interrupted_after_its_grace_goes_on_at_the_next_start_without_re
         .filter_map(|m| m["content"].as_str())
         .collect();
     assert_eq!(results.len(), 2, "{sent:?}");
-    assert_eq!(results[1], resume::INTERRUPTED);
+    assert_eq!(results[1], resume::UNKNOWN);
     let steering = sent
         .iter()
         .filter(|m| m["role"] == "system")
@@ -138,7 +141,7 @@ async fn a_turn_interrupted_after_its_grace_goes_on_at_the_next_start_without_re
     running.stopped().await;
     assert_eq!(store.len(Tree::Inbox), 0);
     let session = Session::load(store.as_ref(), &key).unwrap();
-    assert_eq!(session.unfinished, None);
+    assert!(!resume::find(store.as_ref(), &key, &[]).unwrap().kept);
     let roles: Vec<_> = session.messages.iter().map(|m| m.role).collect();
     use switchboard::llm::Role::User;
     assert_eq!(roles, [User, Assistant, Tool, Assistant, Tool, Assistant]);
@@ -201,4 +204,124 @@ async fn messages_that_came_after_an_unfinished_turn_join_its_next_run_after_its
         Session::load(store.as_ref(), &key).unwrap().messages.len(),
         5
     );
+}
+
+#[tokio::test]
+async fn sub_agents_results_are_kept_across_a_stop_and_one_cut_off_says_so() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    llm.push(Reply::tool_calls([
+        ("spawn", json!({"task": "quick task"})),
+        ("spawn", json!({"task": "slow task"})),
+    ]));
+    llm.push(Reply::text("I started two helpers."));
+    // One finishes within the stop's grace, the other does not.
+    let quick = Reply::text("penguins are birds").with_delay(Duration::from_millis(300));
+    llm.push_for("quick task", quick);
+    llm.push_for(
+        "slow task",
+        Reply::text("never").with_delay(Duration::from_secs(60)),
+    );
+    let ch = Arc::new(TestChannel::default());
+    let opts = StartOptions {
+        turn_grace: Duration::from_secs(2),
+        ..with_test_channel(&ch)
+    };
+    let (running, shutdown) = env.start(opts).await;
+    let store = running.shared.store.clone();
+    let key = ChatKey::new("test", "helpers");
+    running
+        .inbound()
+        .publish(message("h-1", &key, "look into penguins"))
+        .await
+        .unwrap();
+    assert_eq!(ch.wait_for(1, WAIT).await[0].text, "I started two helpers.");
+    llm.wait_for_requests(4, WAIT).await.unwrap();
+    shutdown.cancel();
+    running.stopped().await;
+    // Both results wait in the inbox for the next start.
+    let kept: Vec<String> = store
+        .scan(Tree::Inbox, &[])
+        .unwrap()
+        .iter()
+        .map(|(_, v)| serde_json::from_slice::<InboundMessage>(v).unwrap().text)
+        .collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(
+        kept.iter().any(|t| t.contains("penguins are birds")),
+        "{kept:?}"
+    );
+    assert!(
+        kept.iter()
+            .any(|t| t.contains("slow task") && t.contains("the gateway restarted")),
+        "{kept:?}"
+    );
+    drop(store);
+
+    // The next start tells the chat (the model echoes what it was given).
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
+    let told: Vec<String> = ch
+        .wait_for(2, WAIT)
+        .await
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert!(
+        told.iter().any(|t| t.contains("penguins are birds")),
+        "{told:?}"
+    );
+    assert!(
+        told.iter().any(|t| t.contains("the gateway restarted")),
+        "{told:?}"
+    );
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn a_turn_of_joined_messages_goes_on_after_a_crash_too() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let ran = env.dir.path().join("workspace").join("ran.txt");
+    llm.push(Reply::tool_call(
+        "exec",
+        json!({"command": "echo ran >> ran.txt"}),
+    ));
+    llm.push(Reply::text("too late").with_delay(Duration::from_secs(60)));
+    let ch = Arc::new(TestChannel::default());
+    let opts = StartOptions {
+        turn_grace: Duration::ZERO,
+        ..with_test_channel(&ch)
+    };
+    let (running, shutdown) = env.start(opts).await;
+    let store = running.shared.store.clone();
+    let key = ChatKey::new("test", "crashed");
+    // Two messages in one delivery: one turn.
+    running
+        .inbound()
+        .publish_many(vec![
+            message("c-1", &key, "run the script"),
+            message("c-2", &key, "and tell me"),
+        ])
+        .await
+        .unwrap();
+    llm.wait_for_requests(2, WAIT).await.unwrap();
+    shutdown.cancel();
+    running.stopped().await;
+    // As a crash leaves it: no clean stop noted, so the restart counts the first message.
+    let mut crash = switchboard::store::Batch::default();
+    crash.delete(Tree::Meta, b"clean_stop".to_vec());
+    store.apply(crash).unwrap();
+    drop(store);
+
+    llm.push(Reply::text("ran it, as you asked"));
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
+    assert_eq!(ch.wait_for(1, WAIT).await[0].text, "ran it, as you asked");
+    let sent = messages(&llm.requests()[2].body);
+    let results = sent.iter().filter(|m| m["role"] == "tool").count();
+    assert_eq!(results, 1, "the model sees the step it took: {sent:?}");
+    assert_eq!(std::fs::read_to_string(&ran).unwrap(), "ran\n");
+    assert_eq!(llm.request_count(), 3);
+    shutdown.cancel();
+    running.stopped().await;
 }

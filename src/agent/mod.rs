@@ -70,6 +70,8 @@ pub struct Agent {
     commands: HashMap<String, CommandFn>,
     publisher: Option<Arc<dyn Publisher>>,
     shutdown: Option<CancellationToken>,
+    /// Where sub-agents run, so a stopping gateway waits for their results to be stored.
+    tasks: tokio_util::task::TaskTracker,
     /// Built on first use, once every builder method has run.
     subagents: OnceLock<Arc<Subagents>>,
     /// Extra addresses `web_fetch` may reach (tests).
@@ -106,6 +108,7 @@ impl Agent {
             commands: HashMap::new(),
             publisher: None,
             shutdown: None,
+            tasks: Default::default(),
             subagents: OnceLock::new(),
             fetch_allow: None,
             skills_cache: std::sync::Mutex::new(None),
@@ -171,6 +174,12 @@ impl Agent {
         self
     }
 
+    /// Run sub-agents on `tasks` (the gateway's, which its stop waits for).
+    pub fn with_tasks(mut self, tasks: tokio_util::task::TaskTracker) -> Self {
+        self.tasks = tasks;
+        self
+    }
+
     /// Let `web_fetch` reach this otherwise refused address (tests with a local server).
     pub fn with_fetch_allowed(mut self, addr: std::net::SocketAddr) -> Self {
         self.fetch_allow = Some(addr);
@@ -227,7 +236,10 @@ impl Agent {
                     self.base_registry(skills),
                     publisher.clone(),
                     self.metrics.clone(),
-                    self.shutdown.clone().unwrap_or_default(),
+                    (
+                        self.shutdown.clone().unwrap_or_default(),
+                        self.tasks.clone(),
+                    ),
                 ))
             });
             reg.add(Arc::new(tools::spawn::Spawn::new(subs.clone())));

@@ -1,22 +1,20 @@
 //! Unfinished turns: a turn keeps its progress (the model's tool calls and their results)
-//! in its chat's session as it goes, so that a turn the gateway could not finish (stopped
-//! past its grace, or killed) goes on from there at the next start instead of running its
-//! tools again (a `message` sent twice, a reminder set twice).
+//! in the store as it goes, so that a turn the gateway could not finish (stopped past its
+//! grace, or killed) goes on from there at the next start instead of running its tools
+//! again (a `message` sent twice, a reminder set twice). Kept apart from the session, so a
+//! save costs the turn's own steps, not the whole history.
 
 use serde::{Deserialize, Serialize};
 use switchboard_channel::{ChatKey, InboundMessage};
 
 use super::run::LoopState;
-use super::session::Session;
 use crate::llm::{ChatMessage, Role};
-use crate::store::Batch;
+use crate::store::{Batch, Store, StoreError, Tree};
 
-/// The result given to a tool call cut off by a graceful stop.
-pub const INTERRUPTED: &str = "interrupted: the gateway restarted before this call finished (it may not have run, or only in part); check before doing it again";
-/// The result given to a tool call that has none after a crash.
-pub const UNKNOWN: &str = "unknown: the gateway stopped before this call's result was saved (it may or may not have run); check before doing it again";
+/// The result a tool call without one gets when its turn goes on after a stop.
+pub const UNKNOWN: &str = "unknown: the gateway stopped before this call's result was saved (it may not have run, or only in part); check before doing it again";
 
-/// A turn's progress, saved in its session until the turn ends.
+/// A turn's progress, kept until the turn ends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unfinished {
     /// The inbound messages the turn answers, in order.
@@ -29,40 +27,71 @@ pub struct Unfinished {
     pub iteration: u32,
 }
 
-/// The write saving `state` as the progress of the turn answering `ids` with `user`, in a
-/// copy of `session` (as loaded when the turn began).
-pub fn checkpoint(
-    session: &Session,
-    key: &ChatKey,
-    ids: &[String],
-    user: &ChatMessage,
-    state: &LoopState,
-) -> Batch {
-    let mut s = session.clone();
-    s.unfinished = Some(Unfinished {
+fn store_key(chat: &ChatKey) -> Vec<u8> {
+    format!("unfinished/{chat}").into_bytes()
+}
+
+/// The write saving `state` as the progress of the turn of `chat` answering `ids` with
+/// `user`.
+pub fn checkpoint(chat: &ChatKey, ids: &[String], user: &ChatMessage, state: &LoopState) -> Batch {
+    let unfinished = Unfinished {
         ids: ids.to_vec(),
         user: user.clone(),
         produced: state.produced.clone(),
         iteration: state.iteration,
-    });
+    };
     let mut batch = Batch::default();
-    s.save(key, &mut batch);
+    let body = serde_json::to_vec(&unfinished).unwrap_or_default();
+    batch.put(Tree::Meta, store_key(chat), body);
     batch
 }
 
-/// Take the session's unfinished turn: `Some` when it answers the first of `messages`
-/// (all of its ids, in order, start the batch); any other is dropped (its messages were
-/// given up or answered since). Tool calls left without a result get [`UNKNOWN`].
-pub fn take(session: &mut Session, messages: &[InboundMessage]) -> Option<Unfinished> {
-    let mut u = session.unfinished.take()?;
+/// What was kept of the chat's unfinished turn.
+#[derive(Debug, Default, PartialEq)]
+pub struct Found {
+    /// The turn to go on with: it answers the first of `messages` (all of its ids, in
+    /// order, start the batch). Tool calls left without a result get [`UNKNOWN`].
+    pub resume: Option<Unfinished>,
+    /// Whether anything was kept (to be cleared when this turn ends, also one that does
+    /// not match: its messages were given up or answered since).
+    pub kept: bool,
+}
+
+/// Look up the chat's unfinished turn for a batch of `messages`.
+pub fn find(
+    store: &dyn Store,
+    chat: &ChatKey,
+    messages: &[InboundMessage],
+) -> Result<Found, StoreError> {
+    let Some(raw) = store.get(Tree::Meta, &store_key(chat))? else {
+        return Ok(Found::default());
+    };
+    let Ok(mut u) = serde_json::from_slice::<Unfinished>(&raw) else {
+        tracing::warn!(%chat, "dropping an unreadable unfinished turn");
+        return Ok(Found {
+            resume: None,
+            kept: true,
+        });
+    };
     let matches = !u.ids.is_empty()
         && u.ids.len() <= messages.len()
         && u.ids.iter().zip(messages).all(|(id, m)| *id == m.id);
     if !matches {
-        return None;
+        return Ok(Found {
+            resume: None,
+            kept: true,
+        });
     }
     complete(&mut u.produced, UNKNOWN);
-    Some(u)
+    Ok(Found {
+        resume: Some(u),
+        kept: true,
+    })
+}
+
+/// Add the removal of the chat's unfinished turn to `writes` (its turn ended).
+pub fn clear(chat: &ChatKey, writes: &mut Batch) {
+    writes.delete(Tree::Meta, store_key(chat));
 }
 
 /// Give every tool call in `produced` that has no result one saying `text`, right after
@@ -165,6 +194,9 @@ mod tests {
 
     #[test]
     fn an_unfinished_turn_resumes_only_for_the_messages_it_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::SledStore::open(dir.path()).unwrap();
+        let chat = ChatKey::new("test", "1");
         let msg = |id: &str| {
             let sender = switchboard_channel::Sender {
                 id: "u1".into(),
@@ -172,26 +204,35 @@ mod tests {
                 display_name: "Ann".into(),
                 is_owner: false,
             };
-            InboundMessage::text(id, ChatKey::new("test", "1"), sender, "hi")
+            InboundMessage::text(id, chat.clone(), sender, "hi")
         };
-        let unfinished = Unfinished {
-            ids: vec!["1".into(), "2".into()],
-            user: ChatMessage::new(Role::User, "hi\n\nhi"),
+        let state = LoopState {
             produced: vec![asks(&["a"])],
             iteration: 1,
-        };
-        let with = |u: &Unfinished| Session {
-            unfinished: Some(u.clone()),
             ..Default::default()
         };
+        let ids = ["1".to_string(), "2".to_string()];
+        let user = ChatMessage::new(Role::User, "hi\n\nhi");
+        store.apply(checkpoint(&chat, &ids, &user, &state)).unwrap();
         for batch in [vec![msg("1")], vec![msg("2"), msg("1")], vec![msg("9")]] {
-            let mut s = with(&unfinished);
-            assert_eq!(take(&mut s, &batch), None, "{batch:?}");
-            assert_eq!(s.unfinished, None, "dropped");
+            let found = find(&store, &chat, &batch).unwrap();
+            assert_eq!(
+                found,
+                Found {
+                    resume: None,
+                    kept: true
+                },
+                "{batch:?}"
+            );
         }
-        let mut s = with(&unfinished);
-        let u = take(&mut s, &[msg("1"), msg("2"), msg("3")]).unwrap();
+        let found = find(&store, &chat, &[msg("1"), msg("2"), msg("3")]).unwrap();
+        let u = found.resume.expect("resumed");
+        assert_eq!((u.ids.as_slice(), u.iteration), (&ids[..], 1));
         assert_eq!(u.produced.len(), 2, "the open call got a result");
         assert_eq!(u.produced[1].content, UNKNOWN);
+        let mut writes = Batch::default();
+        clear(&chat, &mut writes);
+        store.apply(writes).unwrap();
+        assert_eq!(find(&store, &chat, &[msg("1")]).unwrap(), Found::default());
     }
 }

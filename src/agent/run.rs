@@ -46,7 +46,7 @@ pub struct LoopState {
 }
 
 /// The result given to tool calls `/stop` (or shutdown) cut off or kept from running.
-pub const STOPPED: &str = "cancelled: the user stopped this turn";
+const STOPPED: &str = "cancelled: the user stopped this turn";
 
 /// Saves the loop's progress (a turn's, see `resume`); awaited before the loop goes on,
 /// so what a tool did is on disk before the next one runs.
@@ -201,8 +201,11 @@ pub async fn run(
                 STOPPED.to_string()
             } else {
                 let result = tokio::select! {
-                    r = tools.call(&call.name, &call.arguments, ctx, spec.tool_timeout) => Some(r),
+                    // A tool that ends because its turn was cancelled (`exec` kills its
+                    // command) is cut off, whatever it says.
+                    biased;
                     _ = ctx.cancel.cancelled() => None,
+                    r = tools.call(&call.name, &call.arguments, ctx, spec.tool_timeout) => Some(r),
                 };
                 match result {
                     // Secrets are already out of a result (the registry takes them out

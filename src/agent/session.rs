@@ -22,9 +22,6 @@ pub struct Session {
     /// When the last turn was stored (drives the date/time refresh).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// The turn under way when it was last saved mid-turn; gone once a turn ends.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unfinished: Option<super::resume::Unfinished>,
 }
 
 fn key_bytes(key: &ChatKey) -> Vec<u8> {

@@ -92,7 +92,11 @@ impl Agent {
             cancel: turn.cancel.clone(),
         };
         // A turn the gateway stopped during goes on from where it was.
-        let resumed = resume::take(&mut session, &turn.messages);
+        let found = resume::find(self.store.as_ref(), key, &turn.messages).unwrap_or_else(|e| {
+            tracing::warn!(%key, "cannot read the chat's unfinished turn: {e}");
+            resume::Found::default()
+        });
+        let resumed = found.resume;
         let ids: Vec<String> = turn.messages.iter().map(|m| m.id.clone()).collect();
         let user = match &resumed {
             Some(u) => u.user.clone(),
@@ -126,6 +130,7 @@ impl Agent {
             spec.steering.extend(steering::resumed());
         }
         let sink = self.streams.as_ref().and_then(|s| s.sink_for(&last.id));
+        let progress = self.progress(key, &ids, &user);
         let mut end = run::run(
             self.llm.as_ref(),
             &registry,
@@ -134,7 +139,7 @@ impl Agent {
             &mut state,
             sink.clone(),
             &self.metrics,
-            Some(&*self.progress(&session, key, &ids, &user)),
+            Some(&*progress),
         )
         .await;
         if matches!(end, LoopEnd::Overflow) {
@@ -160,16 +165,22 @@ impl Agent {
                 &mut state,
                 sink,
                 &self.metrics,
-                Some(&*self.progress(&session, key, &ids, &user)),
+                Some(&*progress),
             )
             .await;
         }
+        drop(progress);
         let mut writes = Batch::default();
         if self.heartbeat_may_go_to(last) {
             writes.put(Tree::Meta, "last_active", key.to_string());
         }
         // A turn that used tools may have done its work (a `message` sent) and say nothing.
         let used_tools = state.produced.iter().any(|m| !m.tool_calls.is_empty());
+        // Its progress was saved (or an older turn's was kept): the turn ends here, unless
+        // interrupted (which keeps it).
+        if used_tools || found.kept {
+            resume::clear(key, &mut writes);
+        }
         let (reply, kind) = match end {
             // Never a silent drop: a person who wrote gets told the model said nothing.
             LoopEnd::Answer(text)
@@ -183,15 +194,8 @@ impl Agent {
             LoopEnd::Limit(text) => (text, OutboundKind::Final),
             LoopEnd::Cancelled => {
                 if self.shutdown.as_ref().is_none_or(|s| s.is_cancelled()) {
-                    // Kept for the next start, which goes on from here.
-                    if !state.produced.is_empty() {
-                        for m in &mut state.produced {
-                            if m.role == Role::Tool && m.content == run::STOPPED {
-                                m.content = resume::INTERRUPTED.into();
-                            }
-                        }
-                        self.progress(&session, key, &ids, &user)(&state).await;
-                    }
+                    // Its progress, saved step by step, is what the next start goes on
+                    // from (a call cut off now has no result there: it gets `UNKNOWN`).
                     return Err(Interrupted);
                 }
                 // `/stop`: keep what happened (tool results say "cancelled"); the bus
@@ -300,16 +304,15 @@ impl Agent {
             && (last.sender.is_owner || (!last.is_group && no_owner()))
     }
 
-    /// Saves the turn's progress in its session as it goes (see [`resume`]).
+    /// Saves the turn's progress as it goes (see [`resume`]).
     fn progress<'a>(
         &'a self,
-        session: &'a Session,
         key: &'a switchboard_channel::ChatKey,
         ids: &'a [String],
         user: &'a ChatMessage,
     ) -> Box<run::Progress<'a>> {
         Box::new(move |state: &LoopState| {
-            let batch = resume::checkpoint(session, key, ids, user, state);
+            let batch = resume::checkpoint(key, ids, user, state);
             let (store, key) = (self.store.clone(), key.clone());
             Box::pin(async move {
                 if let Err(e) = store.commit(batch).await {

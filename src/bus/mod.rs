@@ -286,7 +286,19 @@ impl Bus {
         self: &Arc<Self>,
         msgs: Vec<InboundMessage>,
     ) -> Result<Vec<Published>, BusError> {
-        if self.shutdown.is_cancelled() {
+        // A sub-agent's result is still taken while the gateway stops (its turn had said
+        // one would come): kept in the inbox, it runs at the next start.
+        let results_only = || {
+            msgs.iter().all(|m| {
+                matches!(
+                    m.origin,
+                    switchboard_channel::Origin::System(
+                        switchboard_channel::SystemOrigin::Subagent { .. }
+                    )
+                )
+            })
+        };
+        if self.shutdown.is_cancelled() && !results_only() {
             return Err(BusError::ShuttingDown);
         }
         if !*self.intake.borrow() {
@@ -336,6 +348,8 @@ impl Bus {
     ) -> Result<(), BusError> {
         // Backpressure before the durable write: a full queue makes the adapter wait.
         let mut permits = tokio::select! {
+            // A room free at once is taken also while stopping (a sub-agent's result).
+            biased;
             p = self.queued.clone().acquire_many_owned(chunk.len() as u32) => p.map_err(|_| BusError::ShuttingDown)?,
             _ = self.shutdown.cancelled() => return Err(BusError::ShuttingDown),
         };
@@ -505,9 +519,9 @@ impl Bus {
                 && !m.text.trim_start().starts_with('/')
         };
         let mut batch = vec![first];
-        // A message resumed after a crash runs alone: were it joined, the turn that kills
-        // the gateway would be counted against it instead of the message doing it.
-        if joinable(&batch[0].msg) && !batch[0].counted {
+        // Also after a crash: the messages joined then are joined again, so the turn goes
+        // on from its saved progress (see `agent::resume`); only the first is counted.
+        if joinable(&batch[0].msg) {
             while batch.len() < MAX_JOIN {
                 match slot.pending.front() {
                     Some(next) if joinable(&next.msg) => {

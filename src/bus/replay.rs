@@ -63,17 +63,14 @@ impl Bus {
         Ok(n)
     }
 
-    /// As a turn begins: count the start of a message resumed after a crash (it runs
-    /// alone, so its batch is just it), durably, before the turn runs. Past [`MAX_RESUMES`]
-    /// it leaves the batch and the inbox, and a person who sent it is told. Should the
-    /// count not be stored, the turn runs uncounted.
+    /// As a turn begins: count the start of a message resumed after a crash (the first of
+    /// its batch), durably, before the turn runs. Past [`MAX_RESUMES`] it leaves the batch
+    /// and the inbox, and a person who sent it is told; the rest of the batch runs. Should
+    /// the count not be stored, the turn runs uncounted.
     pub(super) async fn count_starts(&self, batch: &mut Vec<Queued>) {
-        let [q] = batch.as_mut_slice() else {
+        let Some(q) = batch.first_mut().filter(|q| q.counted) else {
             return;
         };
-        if !q.counted {
-            return;
-        }
         q.counted = false;
         let (mut writes, mut told) = (Batch::default(), Vec::new());
         let mut msg = q.msg.clone();
@@ -89,9 +86,9 @@ impl Bus {
             return;
         }
         if run {
-            q.msg = msg;
+            batch[0].msg = msg;
         } else {
-            batch.clear();
+            batch.remove(0);
         }
     }
 }

@@ -203,16 +203,12 @@ impl Tool for Exec {
             (o, e, status)
         };
         let result = tokio::select! {
-            r = run => Some(r),
-            _ = tokio::time::sleep(Duration::from_secs(secs)) => None,
-            _ = ctx.cancel.cancelled() => None,
+            r = run => Ok(r),
+            _ = tokio::time::sleep(Duration::from_secs(secs)) => Err(format!("command timed out after {secs}s (killed)")),
+            _ = ctx.cancel.cancelled() => Err("command stopped with its turn (killed)".to_string()),
         };
-        let Some((stdout, stderr, status)) = result else {
-            // `group` ends the whole process group as it goes out of scope.
-            return Err(ToolError::Failed(format!(
-                "command timed out after {secs}s (killed)"
-            )));
-        };
+        // On error `group` ends the whole process group as it goes out of scope.
+        let (stdout, stderr, status) = result.map_err(ToolError::Failed)?;
         // The shell is done: what it left running in the background stays.
         group.0 = None;
         let code = status

@@ -31,6 +31,8 @@ pub struct Subagents {
     pub publisher: Arc<dyn Publisher>,
     pub metrics: Arc<Metrics>,
     pub shutdown: CancellationToken,
+    /// Where the sub-agents run (see `Agent::with_tasks`).
+    pub tasks: tokio_util::task::TaskTracker,
     pub slots: Arc<Semaphore>,
     next: AtomicU64,
 }
@@ -42,7 +44,7 @@ impl Subagents {
         tools: Registry,
         publisher: Arc<dyn Publisher>,
         metrics: Arc<Metrics>,
-        shutdown: CancellationToken,
+        (shutdown, tasks): (CancellationToken, tokio_util::task::TaskTracker),
     ) -> Self {
         let tools = Registry::new(
             tools
@@ -60,6 +62,7 @@ impl Subagents {
             publisher,
             metrics,
             shutdown,
+            tasks,
             slots: Arc::new(Semaphore::new(MAX_SUBAGENTS)),
             next: AtomicU64::new(1),
         }
@@ -107,7 +110,10 @@ impl Subagents {
             LoopEnd::Answer(t) if !t.trim().is_empty() => t,
             LoopEnd::Answer(_) => "(the sub-agent gave no answer)".into(),
             LoopEnd::Limit(t) => format!("(stopped at the step limit) {t}"),
-            LoopEnd::Cancelled => return,
+            // Cut off by a restart: said, so the chat is not left waiting for it.
+            LoopEnd::Cancelled => {
+                "(stopped: the gateway restarted before the sub-agent finished; start it again if the result is still needed)".into()
+            }
             LoopEnd::Overflow => "(the sub-agent's work did not fit the model's context)".into(),
             LoopEnd::Failed(e) => format!("(the sub-agent failed: {e})"),
         };
@@ -169,7 +175,7 @@ impl Tool for Spawn {
         let subs = self.subagents.clone();
         let parent = ctx.clone();
         let sid = id.clone();
-        tokio::spawn(async move {
+        self.subagents.tasks.spawn(async move {
             subs.run(sid, task, parent).await;
             drop(permit);
         });
