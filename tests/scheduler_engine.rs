@@ -264,9 +264,9 @@ async fn jobs_survive_a_restart_and_fire_after_it() {
 async fn a_one_shot_missed_during_downtime_fires_once_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
-    let j = rig
-        .add(job(ScheduleSpec::At("in 10m".into()), "missed"))
-        .await;
+    let mut new = job(ScheduleSpec::At("in 10m".into()), "missed");
+    new.tz = Some("Europe/Berlin".into());
+    let j = rig.add(new).await;
     rig.stop().await;
 
     let rig = Rig::start(dir.path(), at("2026-03-01T15:00:00Z"), Config::default()).await;
@@ -275,7 +275,11 @@ async fn a_one_shot_missed_during_downtime_fires_once_at_start() {
         "fires at start"
     );
     let (msg, seen) = rig.handler.received().remove(0);
-    assert_eq!(msg.text, "missed");
+    // Late: the model is told when it was due, in the job's timezone.
+    assert_eq!(
+        msg.text,
+        "missed\n\n(was due 13:10 today, Sun 1 Mar, in Europe/Berlin)"
+    );
     assert!(seen < at("2026-03-01T15:00:05Z"));
     assert!(!rig.handler.wait_for(2, 3 * HOUR).await, "and only once");
     let stored = rig.scheduler.get(&j.id).unwrap().unwrap();
@@ -337,6 +341,55 @@ async fn a_recurring_job_fires_once_for_a_missed_window_with_catch_up_once() {
         vec![(due_13, "17:30".into()), (due_18, "18:00".into())]
     );
     assert_eq!(outcomes, [Outcome::Ok, Outcome::Ok]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missed_run_is_not_caught_up_when_the_next_is_less_than_half_a_period_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-11-20T07:00:00Z"), Config::default()).await;
+    let mut new = job(ScheduleSpec::Cron("0 9 * * *".into()), "standup");
+    new.tz = Some("Europe/Berlin".into());
+    let j = rig.add(new).await;
+    rig.stop().await;
+    // Down from Friday 08:00 to Monday 08:59:50 (Berlin): three runs missed, the next in 10 s.
+    let rig = Rig::start(dir.path(), at("2026-11-23T07:59:50Z"), Config::default()).await;
+    assert!(rig.handler.wait_for(1, HOUR).await);
+    assert!(!rig.handler.wait_for(2, 2 * HOUR).await, "fired once");
+    let (msg, seen) = rig.handler.received().remove(0);
+    assert_eq!(
+        seen,
+        at("2026-11-23T08:00:00Z"),
+        "at 09:00, not at start-up"
+    );
+    assert_eq!(msg.text, "standup", "on time: no note");
+    let runs = rig.scheduler.get(&j.id).unwrap().unwrap().runs;
+    let got: Vec<(Outcome, _)> = runs.iter().map(|r| (r.outcome, r.due)).collect();
+    assert_eq!(
+        got,
+        [
+            (Outcome::Skipped, at("2026-11-20T08:00:00Z")),
+            (Outcome::Ok, at("2026-11-23T08:00:00Z"))
+        ]
+    );
+    assert!(
+        runs[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("the next run is soon")
+    );
+    rig.stop().await;
+
+    // Back at 20:00 instead, more than half a day before the next run: the missed one is
+    // caught up, and the model is told it is late.
+    let rig = Rig::start(dir.path(), at("2026-11-24T19:00:00Z"), Config::default()).await;
+    assert!(rig.handler.wait_for(1, Duration::from_secs(5)).await);
+    let (msg, _) = rig.handler.received().remove(0);
+    assert_eq!(
+        msg.text,
+        "standup\n\n(was due 09:00 today, Tue 24 Nov, in Europe/Berlin)"
+    );
+    rig.stop().await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -12,6 +12,8 @@ use switchboard_channel::{ChatKey, InboundMessage, Sender};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(20);
+/// A chat of a channel this build has (not running here: the replies wait in the outbox).
+const OPS: &str = "telegram:4242";
 
 /// A member of the chat who is not the owner.
 fn ann() -> Sender {
@@ -90,7 +92,7 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
     // Offline: bad input is refused with a clear message and nothing is stored.
     let (ok, _, err) = cron_add(
         &env,
-        "api:ops",
+        OPS,
         &["--cron", "0 9 * * *", "--tz", "Europe/Berln"],
         "x",
     );
@@ -102,13 +104,17 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
         err.contains("unknown channel `telgram` in `telgram:42`"),
         "{err}"
     );
+    // An API chat only gets the answers to its own requests: no job may target it.
+    let (ok, _, err) = cron_add(&env, "api:ops", &["--every", "1h"], "x");
+    assert!(!ok);
+    assert!(err.contains("a job cannot target `api:ops`"), "{err}");
     let (ok, out, _) = cli(&env, &["cron", "list"]);
     assert!(ok);
     assert!(out.contains("no jobs"), "{out}");
     // Offline, `cron run` queues the run: the gateway runs it when it starts.
-    let (ok, out, err) = cron_add(&env, "api:ops", &["--every", "7d"], "weekly backup check");
+    let (ok, out, err) = cron_add(&env, OPS, &["--every", "7d"], "weekly backup check");
     assert!(ok, "{err}");
-    // `api:ops\t<id> — …`
+    // `telegram:4242\t<id> — …`
     let id = out.split('\t').nth(1).unwrap().split(' ').next().unwrap();
     let (ok, out, err) = cli(&env, &["cron", "run", id]);
     assert!(ok, "{err}");
@@ -125,31 +131,35 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
         .await
         .expect("the queued run ran when the gateway started");
     assert!(run.last_user_text().contains("scheduled job"));
-    let (ok, out, err) = cron_add(&env, "api:ops", &["--at", "in 2s"], "stand-up time");
+    let (ok, out, err) = cron_add(&env, OPS, &["--at", "in 2s"], "stand-up time");
     assert!(ok, "{err}");
-    assert!(out.contains("api:ops"), "{out}");
+    assert!(out.contains(OPS), "{out}");
     let (ok, out, err) = cron_add(
         &env,
-        "api:ops",
+        OPS,
         &["--cron", "0 9 * * MON-FRI", "--tz", "Europe/Berlin"],
         "weekday digest",
     );
     assert!(ok, "{err}");
     assert!(out.contains("weekday digest"), "{out}");
-    // The running gateway refuses a key no channel serves, as the offline CLI did.
+    // The running gateway (its admin API) refuses a key no channel serves, and an API
+    // chat's, as the offline CLI did.
     let (ok, _, err) = cron_add(&env, "telgram:42", &["--every", "1h"], "x");
     assert!(!ok);
     assert!(
         err.contains("unknown channel `telgram` in `telgram:42`"),
         "{err}"
     );
+    let (ok, _, err) = cron_add(&env, "api:ops", &["--every", "1h"], "x");
+    assert!(!ok);
+    assert!(err.contains("a job cannot target `api:ops`"), "{err}");
     let reqs = llm
         .wait_for_request(|r| r.last_user_text().contains("stand-up time"), WAIT)
         .await
         .expect("the CLI job fired through the agent");
     assert!(reqs.last_user_text().contains("scheduled job"));
     // Both jobs are still there after the gateway saved the fired one.
-    let (ok, out, _) = cli(&env, &["cron", "list", "--key", "api:ops"]);
+    let (ok, out, _) = cli(&env, &["cron", "list", "--key", OPS]);
     assert!(ok);
     assert!(
         out.contains("stand-up time") && out.contains("weekday digest"),

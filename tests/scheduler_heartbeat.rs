@@ -39,6 +39,10 @@ fn actionable_content_table() {
         // A list item over a rule is an item, not a heading.
         ("# Heartbeat\n- Water the plants\n---\n", true),
         ("# Tasks\n1. Call mom\n---\n## Later", true),
+        // A byte-order mark (Notepad's UTF-8) is not content.
+        ("\u{feff}# Heartbeat\n", false),
+        ("\u{feff}<!-- nothing yet -->\n", false),
+        ("\u{feff}- water the plants", true),
     ];
     for (md, expect) in cases {
         assert_eq!(is_actionable(md), *expect, "{md:?}");

@@ -4,13 +4,15 @@
 mod scheduler_support;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use scheduler_support::{Rig, at, key};
 use serde_json::{Value, json};
 use switchboard::agent::tool::{Tool, ToolContext, ToolError};
+use switchboard::agent::tools::Registry;
 use switchboard::config::Config;
-use switchboard::scheduler::CronTool;
+use switchboard::scheduler::{CronTool, NewJob, ScheduleSpec};
 use switchboard_channel::{ChatKey, Origin, SystemOrigin};
 use tokio_util::sync::CancellationToken;
 
@@ -125,10 +127,32 @@ async fn the_tool_is_scoped_to_the_chat_unless_the_sender_is_the_owner() {
         "{e:?}"
     );
 
-    // The owner sees everything and may act on any chat.
-    let list: Value =
-        serde_json::from_str(&tool.call(json!({"action": "list"}), &owner).await.unwrap()).unwrap();
-    assert_eq!(list["jobs"].as_array().unwrap().len(), 2);
+    // The owner lists the current chat's jobs, or every chat's with key "*", and may act
+    // on any chat.
+    let listed = |out: String| -> Vec<String> {
+        let list: Value = serde_json::from_str(&out).unwrap();
+        let jobs = list["jobs"].as_array().unwrap();
+        jobs.iter()
+            .map(|j| j["message"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let here = tool.call(json!({"action": "list"}), &owner).await.unwrap();
+    assert_eq!(listed(here), ["theirs"]);
+    let all = tool
+        .call(json!({"action": "list", "key": "*"}), &owner)
+        .await
+        .unwrap();
+    let mut all = listed(all);
+    all.sort();
+    assert_eq!(all, ["mine", "theirs"]);
+    let e = tool
+        .call(json!({"action": "list", "key": "*"}), &mine)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Refused(m) if m.contains("only the owner")),
+        "{e:?}"
+    );
     tool.call(json!({"action": "run", "id": a_id}), &owner)
         .await
         .unwrap();
@@ -179,6 +203,179 @@ async fn bad_tool_arguments_come_back_as_errors_and_store_nothing() {
     ] {
         let e = tool.call(args.clone(), &c).await.unwrap_err();
         assert!(e.to_string().contains(expect), "{args}: {e}");
+    }
+    assert!(rig.scheduler.list(None).is_empty());
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_misnamed_argument_is_refused_not_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    // Through the registry, which validates arguments against the schema as for the model.
+    let tools = Registry::new(vec![Arc::new(CronTool::new(rig.scheduler.clone()))]);
+    let args = json!({"action": "add", "message": "standup", "at": "tomorrow 09:00",
+        "timezone": "Europe/Berlin"});
+    let e = tools
+        .call(
+            "cron",
+            &args.to_string(),
+            &ctx(key(), false),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ToolError::InvalidArguments(m) if m == "unknown argument timezone"),
+        "{e:?}"
+    );
+    assert!(rig.scheduler.list(None).is_empty(), "nothing stored in UTC");
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn jobs_set_by_others_than_the_owner_run_at_most_once_a_minute_and_20_a_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let tool = CronTool::new(rig.scheduler.clone());
+    let member = ctx(key(), false);
+    for (schedule, value) in [
+        ("every", "30s"),
+        ("every", "59s"),
+        ("cron", "* * * * * *"),
+        ("cron", "*/30 * * * * *"),
+        ("cron", "0,59 0 9 * * *"),
+    ] {
+        let args = json!({"action": "add", "message": "ping", schedule: value});
+        let e = tool.call(args, &member).await.unwrap_err();
+        assert!(
+            matches!(&e, ToolError::Refused(m) if m.contains("runs more than once a minute")),
+            "{schedule} {value}: {e:?}"
+        );
+    }
+    assert!(rig.scheduler.list(None).is_empty());
+    // A minute apart is fine, in every form.
+    for (schedule, value) in [
+        ("every", "1m"),
+        ("cron", "* * * * *"),
+        ("cron", "5 * * * * *"),
+    ] {
+        let args = json!({"action": "add", "message": "ok", schedule: value});
+        tool.call(args, &member).await.unwrap();
+    }
+    for i in 3..20 {
+        let args = json!({"action": "add", "message": format!("job {i}"), "every": "1h"});
+        tool.call(args, &member).await.unwrap();
+    }
+    let e = tool
+        .call(
+            json!({"action": "add", "message": "one more", "at": "in 1h"}),
+            &member,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Refused(m) if m.contains("already has 20 active jobs")),
+        "{e:?}"
+    );
+    assert_eq!(rig.scheduler.list(Some(&key())).len(), 20);
+    // Another chat has its own 20.
+    let args = json!({"action": "add", "message": "elsewhere", "every": "1h"});
+    tool.call(args, &ctx(other(), false)).await.unwrap();
+
+    // The owner (and the CLI and admin API, through `Scheduler::add`) keep today's limits.
+    let owner = ctx(key(), true);
+    for (schedule, value) in [("every", "30s"), ("cron", "*/10 * * * * *")] {
+        let args = json!({"action": "add", "message": "owner's", schedule: value});
+        tool.call(args, &owner).await.unwrap();
+    }
+    rig.add(NewJob::new(
+        key(),
+        "cli's",
+        ScheduleSpec::Every("30s".into()),
+        "cli",
+    ))
+    .await;
+    assert_eq!(rig.scheduler.list(Some(&key())).len(), 23);
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finished_one_shot_job_is_kept_but_no_longer_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let tool = CronTool::new(rig.scheduler.clone());
+    let me = ctx(key(), false);
+    let out = tool
+        .call(
+            json!({"action": "add", "message": "call mum", "at": "in 1m"}),
+            &me,
+        )
+        .await
+        .unwrap();
+    let id = serde_json::from_str::<Value>(&out).unwrap()["added"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    tool.call(
+        json!({"action": "add", "message": "water plants", "every": "1d"}),
+        &me,
+    )
+    .await
+    .unwrap();
+    assert!(rig.handler.wait_for(1, Duration::from_secs(600)).await);
+    // Wait (bounded) for the run to be recorded: it trails the hand-over to the bus.
+    let stored = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let job = rig.scheduler.get(&id).unwrap().unwrap();
+            if !job.runs.is_empty() {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the run is recorded");
+    assert!(!stored.enabled);
+
+    let list: Value =
+        serde_json::from_str(&tool.call(json!({"action": "list"}), &me).await.unwrap()).unwrap();
+    let messages: Vec<&str> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages, ["water plants"]);
+    let text = rig.scheduler.reminders_text(&key());
+    assert!(text.starts_with("Reminders in this chat (1):"), "{text}");
+    assert!(!text.contains("call mum"), "{text}");
+    // Still stored with its run, and the CLI's listing shows it as finished.
+    let all = rig.scheduler.list(Some(&key()));
+    let done = all.iter().find(|j| j.id == id).unwrap();
+    assert_eq!(done.runs.len(), 1);
+    assert!(done.summary().contains("finished"), "{}", done.summary());
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_job_may_target_an_answers_only_chat_whoever_sets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    for (k, by) in [("api:default", "api"), ("cli:local", "cli")] {
+        let new = NewJob::new(
+            k.parse().unwrap(),
+            "hello",
+            ScheduleSpec::Every("1h".into()),
+            by,
+        );
+        let e = rig.scheduler.add(new).await.unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "a job cannot target `{k}`: `api:` and `cli:` chats"
+            )),
+            "{e}"
+        );
     }
     assert!(rig.scheduler.list(None).is_empty());
     rig.stop().await;

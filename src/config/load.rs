@@ -290,14 +290,33 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     if h.interval.get() < std::time::Duration::from_secs(1) {
         return Err(invalid("heartbeat.interval", "must be at least 1s"));
     }
-    if h.target != "last" && h.target.parse::<switchboard_channel::ChatKey>().is_err() {
-        return Err(invalid(
-            "heartbeat.target",
-            format!(
-                "expected \"last\" or a chat key like \"telegram:123456\", got {:?}",
-                h.target
-            ),
-        ));
+    let target = match h.target.as_str() {
+        "last" => None,
+        t => Some(t.parse::<switchboard_channel::ChatKey>()),
+    };
+    match target {
+        None => {}
+        Some(Err(_)) => {
+            return Err(invalid(
+                "heartbeat.target",
+                format!(
+                    "expected \"last\" or a chat key like \"telegram:123456\", got {:?}",
+                    h.target
+                ),
+            ));
+        }
+        // Such a chat gets only the answers to its own requests: a beat would reach nobody.
+        Some(Ok(key)) if crate::channels::answers_only(&key) => {
+            return Err(invalid(
+                "heartbeat.target",
+                format!(
+                    "{:?} only gets the answers to its own requests, so a heartbeat there \
+                     would reach nobody; use \"last\" or a Telegram, Discord or Slack chat key",
+                    h.target
+                ),
+            ));
+        }
+        Some(Ok(_)) => {}
     }
     if !h.active_hours.trim().is_empty() && parse_active_hours(&h.active_hours).is_none() {
         return Err(invalid(
@@ -486,6 +505,14 @@ mod tests {
                 "heartbeat.active_hours",
             ),
             ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
+            (
+                "[heartbeat]\ntarget = \"api:default\"",
+                "heartbeat.target: \"api:default\" only gets the answers",
+            ),
+            (
+                "[heartbeat]\ntarget = \"cli:local\"",
+                "heartbeat.target: \"cli:local\"",
+            ),
             ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
             (
                 "[llm]\nprovider = \"anthropic\"",

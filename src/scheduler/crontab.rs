@@ -21,6 +21,7 @@ use std::str::FromStr;
 use chrono::offset::LocalResult;
 use chrono::{DateTime, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
+use cron::TimeUnitSpec;
 
 const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 /// Longest daylight-saving gap searched for the next valid local time (Samoa skipped a day).
@@ -72,6 +73,9 @@ impl CronExpr {
                 )));
             }
         }
+        if let Some(why) = unsupported(fields[3], fields[5]) {
+            return Err(CronSyntax(why));
+        }
         // As in Vixie cron, only a field's first character decides (`*/15` is a wildcard,
         // `0-59` is not); the seconds field counts only when the user wrote one.
         let wildcard = fields[..3].iter().any(|f| f.starts_with('*'));
@@ -105,14 +109,25 @@ impl CronExpr {
         let schedules = variants
             .iter()
             .map(|v| {
-                cron::Schedule::from_str(&v.join(" "))
-                    .map_err(|e| CronSyntax(describe_cron_error(&e.to_string())))
+                let translated = v.join(" ");
+                cron::Schedule::from_str(&translated)
+                    .map_err(|e| CronSyntax(describe_cron_error(&e.to_string(), &translated)))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             schedules,
             wildcard,
         })
+    }
+
+    /// How many seconds of a minute the expression names (1 for every 5-field expression).
+    pub fn seconds_per_minute(&self) -> u32 {
+        // Every variant has the same seconds field.
+        self.schedules
+            .iter()
+            .map(|s| s.seconds().count())
+            .max()
+            .unwrap_or(0)
     }
 
     /// The first run strictly after `after`, in `tz`, by the daylight-saving rules of the
@@ -242,13 +257,59 @@ fn weekday(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{s:?} is not a weekday (use 0–7 or SUN, MON, … SAT)"))
 }
 
-fn describe_cron_error(e: &str) -> String {
+/// Quartz extensions the `cron` crate reads differently or not at all, named plainly: its
+/// own message would be about names in a field (`'L' specified`), not about what was meant.
+fn unsupported(day_of_month: &str, weekday: &str) -> Option<String> {
+    let has = |field: &str, c: char| field.contains(c) || field.contains(c.to_ascii_lowercase());
+    if has(day_of_month, 'L') {
+        return Some(
+            "`L` (last day of the month) is not supported; use a day number such as 28-31 \
+             with a check in the message, or an `at` job"
+                .into(),
+        );
+    }
+    if has(day_of_month, 'W') {
+        return Some(
+            "`W` (nearest weekday) is not supported; name the days of the month, or use an \
+             `at` job"
+                .into(),
+        );
+    }
+    if weekday.contains('#') {
+        return Some(
+            "`#` (the nth weekday of the month, like MON#1) is not supported; use a day range \
+             such as 1-7 with a check of the weekday in the message, or an `at` job"
+                .into(),
+        );
+    }
+    // No weekday name ends in L, so `5L` or `FRIL` means the last such weekday.
+    let last = weekday
+        .split([',', '-', '/'])
+        .any(|part| part.ends_with(['L', 'l']));
+    last.then(|| {
+        "`L` (the last weekday of the month, like 5L) is not supported; use a day range such \
+         as 25-31 with a check of the weekday in the message, or an `at` job"
+            .into()
+    })
+}
+
+/// The `cron` crate's message without its echo of the expression it parsed: that is the
+/// 6-field translation made here, which the user never wrote.
+fn describe_cron_error(e: &str, translated: &str) -> String {
     let e = e.trim();
     let e = e.strip_prefix("Invalid expression: ").unwrap_or(e);
-    if e.is_empty() {
+    let lines: Vec<&str> = e.lines().map(str::trim).collect();
+    // The echo is the expression over a line holding a caret under the fault.
+    let start = lines.iter().position(|l| *l == "^").map_or(0, |i| i + 1);
+    let reason: Vec<&str> = lines[start..]
+        .iter()
+        .copied()
+        .filter(|l| !l.is_empty() && *l != translated)
+        .collect();
+    if reason.is_empty() {
         "not a valid cron expression".into()
     } else {
-        e.to_string()
+        reason.join(" ")
     }
 }
 
@@ -290,5 +351,49 @@ mod tests {
         assert!(expand_weekdays("8").is_err());
         assert!(expand_weekdays("MOO").is_err());
         assert!(expand_weekdays("1/0").is_err());
+    }
+
+    fn error(expr: &str) -> String {
+        CronExpr::parse(expr).unwrap_err().0
+    }
+
+    #[test]
+    fn quartz_extensions_are_named_as_unsupported() {
+        for (expr, want) in [
+            ("0 9 L * *", "`L` (last day of the month) is not supported"),
+            (
+                "0 0 9 L * *",
+                "`L` (last day of the month) is not supported",
+            ),
+            ("0 9 15W * *", "`W` (nearest weekday) is not supported"),
+            ("0 9 * * MON#1", "`#` (the nth weekday of the month"),
+            ("0 9 * * 5L", "`L` (the last weekday of the month"),
+            ("0 9 * * 1-5L", "`L` (the last weekday of the month"),
+        ] {
+            let e = error(expr);
+            assert!(e.starts_with(want), "{expr}: {e}");
+            assert!(e.contains("an `at` job"), "{expr}: {e}");
+        }
+        // Names that contain the letters still work.
+        assert!(CronExpr::parse("0 9 * JUL WED").is_ok());
+        assert!(CronExpr::parse("0 9 * * SUN,WED").is_ok());
+    }
+
+    #[test]
+    fn errors_never_quote_the_translated_expression() {
+        // What the `cron` crate parses is our 6-field form ("0 61 * * * *"): never shown.
+        for (expr, translated, want) in [
+            ("61 * * * *", "0 61 * * * *", "61"),
+            ("* 25 * * *", "0 * 25 * * *", "25"),
+            ("0 9 32 * *", "0 0 9 32 * *", "32"),
+            ("0 9 * 13 *", "0 0 9 * 13 *", "13"),
+            ("x 9 * * *", "0 x 9 * * *", ""),
+            ("*/0 9 * * MON", "0 */0 9 * * MON", ""),
+        ] {
+            let e = error(expr);
+            assert!(!e.contains(translated), "{expr}: {e}");
+            assert!(!e.contains('^') && !e.contains('\n'), "{expr}: {e}");
+            assert!(e.contains(want), "{expr}: {e}");
+        }
     }
 }

@@ -21,6 +21,23 @@ use crate::store::{Batch, Store, StoreError, Tree};
 /// Longest message a job may carry.
 const MAX_MESSAGE_CHARS: usize = 4_000;
 
+/// Limits on jobs set by someone other than the owner (through the `cron` tool): without
+/// them one chat member could have the gateway call the model every second, or pile up
+/// jobs without end. Such a job also runs at most once a minute. The owner, the CLI and the
+/// admin API are not limited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Enabled jobs a chat may hold for a new one to be accepted.
+    pub max_jobs_per_chat: usize,
+}
+
+impl Limits {
+    /// What a chat member who is not the owner may set.
+    pub const MEMBER: Limits = Limits {
+        max_jobs_per_chat: 20,
+    };
+}
+
 /// Cron jobs and reminders: stored durably, fired on time through the bus.
 pub struct Scheduler {
     pub(super) store: Arc<dyn Store>,
@@ -95,6 +112,11 @@ impl Scheduler {
     /// its reply for ever: its key must name a channel of this build (or one registered on
     /// the bus, like the tests' own).
     fn check_channel(&self, key: &ChatKey) -> Result<(), ScheduleError> {
+        // `api:` and `cli:` chats get only the answers to their own requests: a run's reply
+        // there would be stored and never read.
+        if crate::channels::answers_only(key) {
+            return Err(ScheduleError::AnswersOnly(key.to_string()));
+        }
         let known = crate::channels::built_in();
         let registered = |b: &Arc<Bus>| b.outbox().has_channel(&key.channel);
         if known.contains(&key.channel.as_str()) || self.bus.as_ref().is_some_and(registered) {
@@ -109,6 +131,15 @@ impl Scheduler {
 
     /// Validate and store a new job; it is durable and armed when this returns.
     pub async fn add(&self, new: NewJob) -> Result<Job, ScheduleError> {
+        self.add_with(new, None).await
+    }
+
+    /// [`Self::add`] within `limits` (a job set by someone other than the owner).
+    pub async fn add_limited(&self, new: NewJob, limits: Limits) -> Result<Job, ScheduleError> {
+        self.add_with(new, Some(limits)).await
+    }
+
+    async fn add_with(&self, new: NewJob, limits: Option<Limits>) -> Result<Job, ScheduleError> {
         // A job added now would never fire: say so rather than store it.
         if !self.config.cron.enabled {
             return Err(ScheduleError::Disabled);
@@ -130,6 +161,9 @@ impl Scheduler {
         let tz = parse_tz(tz_name)?;
         let now = self.clock.now();
         let schedule = Schedule::parse(&new.schedule, tz, now)?;
+        if limits.is_some() && schedule.more_than_once_a_minute() {
+            return Err(ScheduleError::TooFrequent(schedule.describe(tz)));
+        }
         let next_run = next_after(&schedule, tz, now);
         let job = Job {
             id: format!("j{}", base36(self.store.next_id()?)),
@@ -148,6 +182,13 @@ impl Scheduler {
         };
         {
             let _w = self.writes.lock().await;
+            // Counted under the lock, so two adds at once cannot both take the last place.
+            if let Some(limits) = limits {
+                let enabled = self.count_enabled(&job.key)?;
+                if enabled >= limits.max_jobs_per_chat {
+                    return Err(ScheduleError::TooManyJobs(enabled));
+                }
+            }
             let mut batch = Batch::default();
             index::write(&mut batch, None, Some(&job))?;
             self.store.commit(batch).await?;
@@ -155,6 +196,17 @@ impl Scheduler {
         self.wake.notify_one();
         tracing::info!(id = %job.id, key = %job.key, next = ?job.next_run, "cron job added");
         Ok(job)
+    }
+
+    /// Enabled jobs of one chat (read through the chat index).
+    fn count_enabled(&self, key: &ChatKey) -> Result<usize, ScheduleError> {
+        let mut n = 0;
+        for id in index::of_chat(self.store.as_ref(), key)? {
+            if self.get(&id)?.is_some_and(|j| !j.is_finished()) {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Jobs of one chat (or all), soonest first; finished jobs last.
@@ -218,7 +270,7 @@ impl Scheduler {
         let jobs: Vec<Job> = self
             .list(Some(key))
             .into_iter()
-            .filter(|j| armed(j).is_some())
+            .filter(|j| !j.is_finished())
             .collect();
         if jobs.is_empty() {
             return "No reminders in this chat.".to_string();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use futures_util::StreamExt;
 use switchboard_channel::{InboundMessage, Origin, OutboundMessage, Sender, SystemOrigin};
 use tokio_util::sync::CancellationToken;
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::engine::{Scheduler, armed};
 use super::index;
 use super::job::{CatchUp, Delivery, Job, Outcome, Run};
-use super::schedule::ScheduleError;
+use super::schedule::{ScheduleError, next_after};
 use crate::bus::BusError;
 use crate::store::Batch;
 
@@ -29,7 +29,8 @@ const STORE_RETRY: Duration = Duration::from_secs(1);
 const ROUND: usize = 1024;
 /// Direct deliveries recorded concurrently (their durable writes share fsyncs).
 const CONCURRENCY: usize = 128;
-/// A recurring run later than this counts as missed (for `catch_up = "skip"`).
+/// A run later than this counts as missed: skipped with `catch_up = "skip"`, or caught up
+/// with a note to the model that it is late.
 const MISSED_GRACE: chrono::Duration = chrono::Duration::seconds(60);
 /// A failed one-shot job is retried after this, up to [`MAX_ONE_SHOT_FAILURES`] times.
 const RETRY_AFTER: chrono::Duration = chrono::Duration::seconds(60);
@@ -105,7 +106,7 @@ impl Scheduler {
                     .iter()
                     .map(|(job, due)| {
                         let id = format!("cron:{}:{}", job.id, due.timestamp_millis());
-                        inbound(job, id, now)
+                        inbound(job, id, Some(*due), now)
                     })
                     .collect();
                 let error = match &self.bus {
@@ -180,14 +181,16 @@ impl Scheduler {
         let Some(due) = DateTime::from_timestamp_millis(due_ms) else {
             return Prepared::Stale;
         };
-        if job.schedule.is_recurring() && job.catch_up == CatchUp::Skip && now - due > MISSED_GRACE
-        {
-            tracing::info!(id, "skipping a run missed while the gateway was down");
+        if let Some(why) = skip_missed(&job, due, now) {
+            tracing::info!(
+                id,
+                "skipping a run missed while the gateway was down: {why}"
+            );
             let run = Run {
                 at: now,
                 due,
                 outcome: Outcome::Skipped,
-                error: Some("missed while the gateway was down".into()),
+                error: Some(why.into()),
             };
             return Prepared::Skipped(job, due, run);
         }
@@ -205,7 +208,7 @@ impl Scheduler {
         message_id: String,
         now: DateTime<Utc>,
     ) -> Result<Option<String>, Stop> {
-        let msg = inbound(job, message_id, now);
+        let msg = inbound(job, message_id, None, now);
         let Some(bus) = &self.bus else {
             // No gateway (the CLI on the store): the next one's start-up runs it.
             return Ok(crate::bus::publish_offline(self.store.as_ref(), msg)
@@ -334,6 +337,24 @@ impl Scheduler {
     }
 }
 
+/// Why a missed run of a recurring `job` (due at `due`, handled at `now`) is not caught up:
+/// the job says `catch_up = "skip"`, or its next regular run comes within half a period (a
+/// daily 09:00 job back at 08:59:50 runs once, at 09:00, not twice in ten seconds).
+fn skip_missed(job: &Job, due: DateTime<Utc>, now: DateTime<Utc>) -> Option<&'static str> {
+    if !job.schedule.is_recurring() || now - due <= MISSED_GRACE {
+        return None;
+    }
+    if job.catch_up == CatchUp::Skip {
+        return Some("missed while the gateway was down");
+    }
+    let tz = job.tz();
+    let next = next_after(&job.schedule, tz, now)?;
+    // The period as it stands now: from the next run to the one after it (a weekday job
+    // on a Friday counts three days).
+    let period = next_after(&job.schedule, tz, next)? - next;
+    (next - now < period / 2).then_some("missed while the gateway was down; the next run is soon")
+}
+
 /// `job` after a run that was due at `due`: the run recorded and the job re-armed (a failed
 /// one-shot is retried a few times first).
 fn settle(mut job: Job, due: DateTime<Utc>, run: Run) -> Job {
@@ -364,8 +385,18 @@ enum Prepared {
     Direct(Job, DateTime<Utc>),
 }
 
-/// The `System(Cron)` message for a job.
-fn inbound(job: &Job, id: String, now: DateTime<Utc>) -> InboundMessage {
+/// The `System(Cron)` message for a job's run due at `due` (`None`: run now, on request).
+/// A run caught up late says when it was due, so the model does not word it as on time.
+fn inbound(
+    job: &Job,
+    id: String,
+    due: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> InboundMessage {
+    let mut text = job.message.clone();
+    if let Some(due) = due.filter(|d| now - *d > MISSED_GRACE) {
+        text.push_str(&format!("\n\n{}", was_due(due, now, job.tz())));
+    }
     let mut msg = InboundMessage::text(
         id,
         job.key.clone(),
@@ -375,7 +406,7 @@ fn inbound(job: &Job, id: String, now: DateTime<Utc>) -> InboundMessage {
             display_name: "Scheduler".into(),
             is_owner: false,
         },
-        job.message.clone(),
+        text,
     );
     msg.received_at = now;
     msg.origin = Origin::System(SystemOrigin::Cron {
@@ -390,9 +421,67 @@ fn inbound(job: &Job, id: String, now: DateTime<Utc>) -> InboundMessage {
     msg
 }
 
+/// `(was due 21:00 yesterday, Mon 23 Nov, in Europe/Berlin)`: when a late run was due, in
+/// the job's timezone, in words a reminder can repeat.
+fn was_due(due: DateTime<Utc>, now: DateTime<Utc>, tz: chrono_tz::Tz) -> String {
+    let (due, now) = (due.with_timezone(&tz), now.with_timezone(&tz));
+    let time = due.format("%H:%M");
+    let date = if due.year() == now.year() {
+        due.format("%a %-d %b").to_string()
+    } else {
+        due.format("%a %-d %b %Y").to_string()
+    };
+    let day = match (now.date_naive() - due.date_naive()).num_days() {
+        0 => format!("{time} today, {date}"),
+        1 => format!("{time} yesterday, {date}"),
+        _ => format!("{time} on {date}"),
+    };
+    format!("(was due {day}, in {tz})")
+}
+
 async fn sleep_or_forever(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn a_late_run_says_when_it_was_due_in_words() {
+        let berlin = chrono_tz::Europe::Berlin;
+        let now = t("2026-11-24T07:30:00Z");
+        for (due, want) in [
+            (
+                "2026-11-24T06:00:00Z",
+                "(was due 07:00 today, Tue 24 Nov, in Europe/Berlin)",
+            ),
+            (
+                "2026-11-23T20:00:00Z",
+                "(was due 21:00 yesterday, Mon 23 Nov, in Europe/Berlin)",
+            ),
+            (
+                "2026-11-20T08:00:00Z",
+                "(was due 09:00 on Fri 20 Nov, in Europe/Berlin)",
+            ),
+            (
+                "2025-12-31T22:30:00Z",
+                "(was due 23:30 on Wed 31 Dec 2025, in Europe/Berlin)",
+            ),
+        ] {
+            assert_eq!(was_due(t(due), now, berlin), want, "{due}");
+        }
+        // The day is the job's: 23:30 UTC on the 23rd is already the 24th in Berlin.
+        assert_eq!(
+            was_due(t("2026-11-23T23:30:00Z"), now, berlin),
+            "(was due 00:30 today, Tue 24 Nov, in Europe/Berlin)"
+        );
     }
 }

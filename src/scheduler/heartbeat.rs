@@ -44,6 +44,8 @@ pub fn suppress_reply(text: &str) -> bool {
 /// rules (`---`), HTML comments and empty list or checkbox items (`- [ ]` with nothing after
 /// it) are not actionable; any other line (a bullet item, text under a heading) is.
 pub fn is_actionable(markdown: &str) -> bool {
+    // Some editors (Notepad) start a UTF-8 file with a byte-order mark: not content.
+    let markdown = markdown.strip_prefix('\u{feff}').unwrap_or(markdown);
     let mut rest = markdown;
     let mut text = String::with_capacity(markdown.len());
     // Drop HTML comments, including multi-line and unterminated ones.

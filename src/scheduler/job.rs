@@ -167,12 +167,18 @@ impl Job {
         }
     }
 
+    /// Whether the job will not fire again (a one-shot job after its run): it stays stored
+    /// with its runs, but `/reminders` and the `cron` tool no longer show it.
+    pub fn is_finished(&self) -> bool {
+        !self.enabled || self.next_run.is_none()
+    }
+
     /// One line for `/reminders` and listings: id, schedule, next run in the job's timezone.
     pub fn summary(&self) -> String {
         let tz = self.tz();
         let next = match (self.enabled, self.next_run) {
             (true, Some(t)) => format!("next {}", local(&t, tz)),
-            _ => "done".to_string(),
+            _ => "finished".to_string(),
         };
         let mut message: String = self.message.chars().take(80).collect();
         if message.len() < self.message.len() {

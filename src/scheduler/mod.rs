@@ -24,7 +24,7 @@ pub mod schedule;
 pub mod tool;
 
 pub use clock::{Clock, SystemClock, TokioClock};
-pub use engine::Scheduler;
+pub use engine::{Limits, Scheduler};
 pub use heartbeat::{Beat, Heartbeat, is_actionable, suppress_reply};
 pub use job::{CatchUp, Delivery, Job, NewJob, Outcome, Run};
 pub use schedule::{Schedule, ScheduleError, ScheduleSpec, next_after, parse_tz};

@@ -69,6 +69,16 @@ pub enum ScheduleError {
     BadCron { expr: String, reason: String },
     #[error("the cron expression {0:?} never fires")]
     Never(String),
+    #[error(
+        "{0} runs more than once a minute, and a job set by someone other than the owner runs \
+         at most once a minute: use every \"1m\" or more, or 5-field cron like \"*/5 * * * *\""
+    )]
+    TooFrequent(String),
+    #[error(
+        "this chat already has {0} active jobs, the most that may be set here: remove one \
+         first (action \"list\" shows their ids), or ask the owner to set it"
+    )]
+    TooManyJobs(usize),
     #[error("unknown timezone {tz:?}{hint}: use an IANA name like \"Europe/Berlin\"")]
     UnknownTimezone { tz: String, hint: String },
     #[error(
@@ -80,6 +90,12 @@ pub enum ScheduleError {
         key: String,
         known: String,
     },
+    #[error(
+        "a job cannot target `{0}`: `api:` and `cli:` chats only get the answers to their own \
+         requests, so a reminder there would reach nobody; target a Telegram, Discord or Slack \
+         chat (like \"telegram:123456\")"
+    )]
+    AnswersOnly(String),
     #[error("no job with id {0:?}")]
     NotFound(String),
     #[error("the gateway is stopping: run the job again once it is back")]
@@ -155,6 +171,18 @@ impl Schedule {
     /// Whether the job runs more than once.
     pub fn is_recurring(&self) -> bool {
         !matches!(self, Schedule::At { .. })
+    }
+
+    /// Whether two runs can come less than a minute apart: an `every` under a minute, or a
+    /// crontab naming more than one second of the minute (`* * * * * *`). A crontab job runs
+    /// at most once in each second it names, so one second means a minute or more between
+    /// runs.
+    pub fn more_than_once_a_minute(&self) -> bool {
+        match self {
+            Schedule::At { .. } => false,
+            Schedule::Every { every_ms, .. } => *every_ms < 60_000,
+            Schedule::Cron { expr } => compile_cron(expr).is_ok_and(|c| c.seconds_per_minute() > 1),
+        }
     }
 
     /// A short description for people and the model (`every 30m`, `cron "0 9 * * 1"`).

@@ -1,5 +1,6 @@
 //! The `cron` tool: the agent adds, lists, removes and runs reminders and cron jobs. Jobs
-//! target the current chat; only the owner may see or touch other chats' jobs.
+//! target the current chat; only the owner may see or touch other chats' jobs, and jobs set
+//! by anyone else are held to [`Limits::MEMBER`].
 
 use std::sync::Arc;
 
@@ -7,7 +8,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use switchboard_channel::ChatKey;
 
-use super::engine::Scheduler;
+use super::engine::{Limits, Scheduler};
 use super::job::{CatchUp, Delivery, Job, NewJob};
 use super::schedule::{ScheduleError, ScheduleSpec, local};
 use crate::agent::tool::{Tool, ToolContext, ToolError};
@@ -44,7 +45,12 @@ fn job_json(job: &Job) -> Value {
 }
 
 fn failed(e: ScheduleError) -> ToolError {
-    if e.is_user_error() {
+    if matches!(
+        e,
+        ScheduleError::TooFrequent(_) | ScheduleError::TooManyJobs(_)
+    ) {
+        ToolError::Refused(e.to_string())
+    } else if e.is_user_error() {
         ToolError::InvalidArguments(e.to_string())
     } else {
         ToolError::Failed(e.to_string())
@@ -115,8 +121,35 @@ impl CronTool {
             Some("skip") => CatchUp::Skip,
             _ => CatchUp::Once,
         };
-        let job = self.scheduler.add(new).await.map_err(failed)?;
+        let added = if ctx.sender_is_owner {
+            self.scheduler.add(new).await
+        } else {
+            self.scheduler.add_limited(new, Limits::MEMBER).await
+        };
+        let job = added.map_err(failed)?;
         Ok(json!({"added": job_json(&job)}).to_string())
+    }
+
+    /// The current chat's active jobs, another chat's (owner, `key`), or every chat's
+    /// (owner, `key: "*"`). Finished one-shot jobs stay stored but are not listed.
+    fn list(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let key = match arg(args, "key") {
+            Some("*") if ctx.sender_is_owner => None,
+            Some("*") => {
+                return Err(ToolError::Refused(
+                    "only the owner can list every chat's jobs".into(),
+                ));
+            }
+            _ => Some(self.target(args, ctx)?),
+        };
+        let jobs: Vec<Value> = self
+            .scheduler
+            .list(key.as_ref())
+            .iter()
+            .filter(|j| !j.is_finished())
+            .map(job_json)
+            .collect();
+        Ok(json!({"jobs": jobs}).to_string())
     }
 }
 
@@ -129,8 +162,10 @@ impl Tool for CronTool {
     fn description(&self) -> &'static str {
         "Schedule reminders and recurring jobs for this chat. action=add with message and one of \
          at (\"in 10m\", \"tomorrow 09:00\", RFC 3339), every (\"30m\") or cron (\"0 9 * * MON-FRI\"), \
-         optional tz (IANA); action=list; action=remove or run with id. When a job fires you get \
-         its message and write the reminder."
+         optional tz (IANA); action=list shows this chat's active jobs (the owner: key \"*\" for \
+         every chat's); action=remove or run with id. Unless the owner asks, a job runs at most \
+         once a minute and a chat holds at most 20. When a job fires you get its message and \
+         write the reminder."
     }
 
     fn schema(&self) -> Value {
@@ -140,35 +175,24 @@ impl Tool for CronTool {
                 "action": {"type": "string", "enum": ["add", "list", "remove", "run"]},
                 "message": {"type": "string", "description": "add: what to do or say when the job fires"},
                 "at": {"type": "string", "description": "add, once: RFC 3339, \"in 10m\", \"2026-11-22 09:00\" or \"tomorrow 09:00\" (in tz)"},
-                "every": {"type": "string", "description": "add, repeating: a duration like \"30m\" or \"1h\" (at least 1s)"},
+                "every": {"type": "string", "description": "add, repeating: a duration like \"30m\" or \"1h\" (at least 1m; 1s when the owner asks)"},
                 "cron": {"type": "string", "description": "add, repeating: crontab \"min hour day month weekday\", Sunday = 0 or 7"},
                 "tz": {"type": "string", "description": "add: IANA timezone like \"Europe/Berlin\" (default: the gateway's)"},
                 "delivery": {"type": "string", "enum": ["agent", "direct"], "description": "add: \"direct\" sends the message text as is, without you"},
                 "catch_up": {"type": "string", "enum": ["once", "skip"], "description": "add: runs missed while offline fire once (default) or are skipped"},
                 "id": {"type": "string", "description": "remove/run: the job id"},
-                "key": {"type": "string", "description": "owner only: another chat's key (default: this chat)"}
+                "key": {"type": "string", "description": "owner only: another chat's key (default: this chat); for list, \"*\" lists every chat's jobs"}
             },
-            "required": ["action"]
+            "required": ["action"],
+            // A misspelt argument (`timezone` for `tz`) is refused, not silently ignored.
+            "additionalProperties": false
         })
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         match arg(&args, "action") {
             Some("add") => self.add(&args, ctx).await,
-            Some("list") => {
-                let key = match (arg(&args, "key"), ctx.sender_is_owner) {
-                    (Some(_), _) => Some(self.target(&args, ctx)?),
-                    (None, true) => None,
-                    (None, false) => Some(ctx.key.clone()),
-                };
-                let jobs: Vec<Value> = self
-                    .scheduler
-                    .list(key.as_ref())
-                    .iter()
-                    .map(job_json)
-                    .collect();
-                Ok(json!({"jobs": jobs}).to_string())
-            }
+            Some("list") => self.list(&args, ctx),
             Some("remove") => {
                 let job = self.visible_job(&args, ctx)?;
                 self.scheduler.remove(&job.id).await.map_err(failed)?;
