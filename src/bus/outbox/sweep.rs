@@ -2,7 +2,7 @@
 //! again while the gateway runs: at start-up, as soon as more replies join a stalled chat's,
 //! and every [`SWEEP_EVERY`] while a chat is stalled. One task per chat, in order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use switchboard_channel::{ChatKey, OutboundMessage};
@@ -77,11 +77,35 @@ impl Outbox {
         if self.shutdown.is_cancelled() {
             return 0;
         }
+        // The stalled chats to serve are chosen, their `more` taken, before the outbox is
+        // read: a reply released while it is read sets `more` again, so that chat's sweep
+        // looks once more when it ends (were `more` taken after the read, that reply would
+        // be left behind, its chat no longer stalled, and never sent).
+        let chosen: Option<HashSet<ChatKey>> = match kind {
+            Sweep::Start => None,
+            Sweep::More | Sweep::Due => {
+                let mut pending = self.pending();
+                let keys: HashSet<ChatKey> = pending
+                    .stalled
+                    .iter_mut()
+                    .filter(|(_, s)| !s.sweeping && (kind == Sweep::Due || s.more))
+                    .map(|(key, stall)| {
+                        stall.sweeping = true;
+                        stall.more = false;
+                        key.clone()
+                    })
+                    .collect();
+                if keys.is_empty() {
+                    return 0;
+                }
+                Some(keys)
+            }
+        };
         let entries = match self.store.scan(Tree::Outbox, &[]) {
             Ok(e) => e,
             Err(e) => {
                 tracing::error!("cannot read the outbox: {e}");
-                return 0;
+                Vec::new()
             }
         };
         // In sequence order, as the store keeps the keys.
@@ -93,36 +117,55 @@ impl Outbox {
             ) else {
                 continue;
             };
-            by_key.entry(msg.key.clone()).or_default().push((seq, msg));
+            if chosen.as_ref().is_none_or(|keys| keys.contains(&msg.key)) {
+                by_key.entry(msg.key.clone()).or_default().push((seq, msg));
+            }
         }
-        let mut taken = 0;
+        let mut tasks = Vec::new();
+        let mut pending = self.pending();
+        let Pending { claimed, stalled } = &mut *pending;
         for (key, mut entries) in by_key {
             let runs = self.channel(&key.channel).is_some();
-            {
-                let mut pending = self.pending();
-                let Pending { claimed, stalled } = &mut *pending;
-                let stall = match kind {
-                    Sweep::Start => stalled.entry(key.clone()).or_default(),
-                    Sweep::More | Sweep::Due => match stalled.get_mut(&key) {
-                        Some(stall) => stall,
-                        None => continue,
-                    },
-                };
-                if !runs || stall.sweeping || (kind == Sweep::More && !stall.more) {
+            if chosen.is_none() {
+                // Start-up: every chat with replies is stalled until they are out.
+                let stall = stalled.entry(key.clone()).or_default();
+                if stall.sweeping {
                     continue;
                 }
-                entries.retain(|(seq, _)| claimed.insert(*seq));
-                if entries.is_empty() {
-                    continue;
-                }
+            }
+            if !runs {
+                continue;
+            }
+            entries.retain(|(seq, _)| claimed.insert(*seq));
+            if entries.is_empty() {
+                continue;
+            }
+            if chosen.is_none() {
+                let stall = stalled.entry(key.clone()).or_default();
                 stall.sweeping = true;
                 stall.more = false;
             }
-            taken += entries.len();
+            tasks.push((key, entries));
+        }
+        // Chosen chats with nothing to send now (their channel not running, their replies
+        // owned elsewhere) are free again; one whose `more` was set meanwhile is due again.
+        for key in chosen.iter().flatten() {
+            if tasks.iter().all(|(k, _)| k != key) {
+                if let Some(stall) = stalled.get_mut(key) {
+                    stall.sweeping = false;
+                    if stall.more {
+                        self.kick.notify_one();
+                    }
+                }
+            }
+        }
+        self.count_stalled(&pending);
+        drop(pending);
+        let taken = tasks.iter().map(|(_, e)| e.len()).sum();
+        for (key, entries) in tasks {
             let me = self.clone();
             tracker.spawn(async move { me.sweep_chat(key, entries).await });
         }
-        self.count_stalled(&self.pending());
         taken
     }
 

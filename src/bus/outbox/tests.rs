@@ -158,8 +158,17 @@ impl Rig {
     /// An outbox whose `test` channel is `flaky` (registered when `registered`), its
     /// sweeper started, sweeping every `period`.
     fn start(registered: bool, period: Duration) -> Self {
+        Self::start_on(registered, period, |store| store)
+    }
+
+    /// [`Rig::start`] on the store `wrap` makes of a new one.
+    fn start_on(
+        registered: bool,
+        period: Duration,
+        wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+        let store = wrap(Arc::new(SledStore::open(dir.path()).unwrap()));
         let channels = ChannelRegistry::default();
         let flaky = Arc::new(Flaky::default());
         if registered {
@@ -380,6 +389,90 @@ async fn a_reply_another_task_fails_on_while_its_chat_is_swept_is_not_left_behin
     assert_eq!(rig.flaky.wait_for(3, WAIT).await, ["z", "w", "x1"]);
     rig.stop().await;
     assert_eq!(rig.flaky.sent().len(), 3);
+    assert_eq!(rig.kept(), 0);
+    assert_eq!(rig.stalled(), 0);
+}
+
+/// A store that runs a hook once, right after a read of the outbox (between a sweep's read
+/// and its bookkeeping).
+struct AfterScan {
+    inner: Arc<dyn Store>,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+#[async_trait]
+impl Store for AfterScan {
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, crate::store::StoreError> {
+        self.inner.get(tree, key)
+    }
+    fn scan(
+        &self,
+        tree: Tree,
+        prefix: &[u8],
+    ) -> Result<crate::store::Entries, crate::store::StoreError> {
+        let entries = self.inner.scan(tree, prefix);
+        if tree == Tree::Outbox {
+            let hook = self.hook.lock().unwrap().take();
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        entries
+    }
+    fn for_each(
+        &self,
+        tree: Tree,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), crate::store::StoreError> {
+        self.inner.for_each(tree, prefix, visit)
+    }
+    fn apply(&self, batch: Batch) -> Result<crate::store::Applied, crate::store::StoreError> {
+        self.inner.apply(batch)
+    }
+    fn next_id(&self) -> Result<u64, crate::store::StoreError> {
+        self.inner.next_id()
+    }
+    async fn flush(&self) -> Result<(), crate::store::StoreError> {
+        self.inner.flush().await
+    }
+    fn len(&self, tree: Tree) -> usize {
+        self.inner.len(tree)
+    }
+}
+
+// On the real clock, sweeping every 100 ms.
+#[tokio::test]
+async fn a_reply_joining_while_a_sweep_reads_the_outbox_is_not_left_behind() {
+    let store: Arc<Mutex<Option<Arc<AfterScan>>>> = Arc::default();
+    let rig = Rig::start_on(true, Duration::from_millis(100), |inner| {
+        let s = Arc::new(AfterScan {
+            inner,
+            hook: Mutex::new(None),
+        });
+        *store.lock().unwrap() = Some(s.clone());
+        s
+    });
+    let store = store.lock().unwrap().clone().unwrap();
+    let a = ChatKey::new("test", "a");
+    rig.flaky.down.store(true, Ordering::SeqCst);
+    rig.send(&a, "z").await;
+    rig.flaky.down.store(false, Ordering::SeqCst);
+    // The next sweep reads only "z"; "w" joins the stalled chat right after that read.
+    let (outbox, inner, key) = (rig.outbox.clone(), store.inner.clone(), a.clone());
+    *store.hook.lock().unwrap() = Some(Box::new(move || {
+        let mut writes = Batch::default();
+        let w = super::stage(
+            &*inner,
+            vec![OutboundMessage::new(key.clone(), "w")],
+            &mut writes,
+        )
+        .unwrap();
+        inner.apply(writes).unwrap();
+        outbox.release(w[0].0, key, super::More::Yes);
+    }));
+    assert_eq!(rig.flaky.wait_for(2, WAIT).await, ["z", "w"]);
+    rig.stop().await;
     assert_eq!(rig.kept(), 0);
     assert_eq!(rig.stalled(), 0);
 }
