@@ -68,10 +68,15 @@ impl DeliveredChunks {
 }
 
 /// The JSON body of one chunk. Mentions: users only (never @everyone, @here or roles).
-pub(crate) fn chunk_body(content: &str, reply_to: Option<&str>) -> Value {
+/// `nonce` (≤ 25 characters) names the chunk: Discord answers a repeat of it (a retry after
+/// an answer lost on the way back, or the outbox's after a restart) with the message it
+/// created then, instead of posting it twice.
+pub(crate) fn chunk_body(content: &str, reply_to: Option<&str>, nonce: &str) -> Value {
     let mut body = json!({
         "content": content,
         "allowed_mentions": {"parse": ["users"], "replied_user": true},
+        "nonce": nonce,
+        "enforce_nonce": true,
     });
     if let Some(id) = reply_to {
         body["message_reference"] = json!({"message_id": id, "fail_if_not_exists": false});
@@ -131,7 +136,8 @@ pub(crate) async fn send(
         } else {
             None
         };
-        match post_chunk(rest, cfg, channel_id, &chunk_body(chunk, reply_to)).await {
+        let nonce = format!("{fp:016x}-{i}");
+        match post_chunk(rest, cfg, channel_id, &chunk_body(chunk, reply_to, &nonce)).await {
             Ok(id) => ids.push(id),
             Err(e) => {
                 if !ids.is_empty() {
@@ -153,11 +159,15 @@ mod tests {
 
     #[test]
     fn body_never_pings_everyone_or_roles() {
-        let b = chunk_body("@everyone hi", Some("42"));
+        let b = chunk_body("@everyone hi", Some("42"), "n");
         assert_eq!(b["allowed_mentions"]["parse"], json!(["users"]));
         assert_eq!(b["message_reference"]["message_id"], "42");
         assert_eq!(b["message_reference"]["fail_if_not_exists"], false);
-        assert!(chunk_body("x", None).get("message_reference").is_none());
+        assert!(
+            chunk_body("x", None, "n")
+                .get("message_reference")
+                .is_none()
+        );
     }
 
     #[test]

@@ -146,6 +146,31 @@ async fn rate_limit_and_server_error_are_retried_and_delivered_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_whose_answer_was_lost_is_not_posted_again() {
+    let (fake, ch) = setup().await;
+    // Discord created the message, but its answer was lost (a 502 from the edge).
+    fake.inject_faults([Fault::LostAnswer]);
+    let msg = OutboundMessage::new(key(), "your answer is 42");
+    let receipt = ch.send(&msg).await.expect("sent");
+    let posts = fake.posts();
+    assert_eq!(posts.len(), 1, "posted once: {posts:?}");
+    assert_eq!(receipt.message_ids, vec![posts[0].message_id.to_string()]);
+    assert_eq!(posts[0].body["enforce_nonce"], json!(true));
+    let nonce = posts[0].body["nonce"].as_str().expect("nonce").to_string();
+    assert!(nonce.len() <= 25, "{nonce}");
+    // Sent again from scratch (the outbox after a restart): still the one message.
+    let again = DiscordChannel::new(common::config(&fake, common::TOKEN)).expect("channel");
+    let receipt = again.send(&msg).await.expect("sent");
+    assert_eq!(fake.posts().len(), 1);
+    assert_eq!(receipt.message_ids, vec![posts[0].message_id.to_string()]);
+    // Another reply gets its own nonce.
+    ch.send(&OutboundMessage::new(key(), "and 43"))
+        .await
+        .expect("sent");
+    assert_eq!(fake.posts().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_rate_limit_goes_back_to_the_outbox_and_delivered_chunks_are_not_resent() {
     let (fake, ch) = setup().await;
     let msg = OutboundMessage::new(key(), long_reply());

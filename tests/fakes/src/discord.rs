@@ -9,7 +9,7 @@
 mod gateway;
 mod rest;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -35,6 +35,9 @@ pub enum Fault {
     RateLimited { retry_after: f64 },
     /// HTTP 500.
     ServerError,
+    /// The message is created, but the answer is lost on the way back: HTTP 502 from the
+    /// edge (a retry without a nonce would post it twice).
+    LostAnswer,
 }
 
 /// One recorded REST call that changed something.
@@ -241,6 +244,8 @@ pub(crate) struct State {
     pub(crate) edits: Vec<Recorded>,
     pub(crate) typing: Vec<u64>,
     pub(crate) faults: VecDeque<Fault>,
+    /// Messages created with `enforce_nonce`, by channel and nonce.
+    pub(crate) nonces: HashMap<(u64, String), Value>,
     /// Message posts answered with a fault.
     pub(crate) faulted_posts: usize,
     pub(crate) identifies: Vec<Value>,

@@ -115,6 +115,8 @@ fn take_fault(shared: &Shared) -> Option<Response> {
             StatusCode::INTERNAL_SERVER_ERROR,
             "500: Internal Server Error",
         ),
+        // Only message posts lose their answer; elsewhere it is a plain 502.
+        Fault::LostAnswer => error(StatusCode::BAD_GATEWAY, "502: Bad Gateway"),
     })
 }
 
@@ -140,8 +142,30 @@ async fn create_message(
     let Some(Json(body)) = body else {
         return error(StatusCode::BAD_REQUEST, "400: body must be JSON");
     };
-    if let Some(r) = take_fault(&shared) {
-        return r;
+    // As Discord: a repeat of a nonce it has seen (with `enforce_nonce`) returns the
+    // message it created then, and creates none.
+    let nonce = body["nonce"]
+        .as_str()
+        .filter(|_| body["enforce_nonce"] == json!(true))
+        .map(|n| (channel_id, n.to_string()));
+    if let Some(n) = &nonce {
+        if let Some(existing) = shared.lock().nonces.get(n).cloned() {
+            return Json(existing).into_response();
+        }
+    }
+    let lost_answer = {
+        let mut st = shared.lock();
+        let lost = st.faults.front() == Some(&Fault::LostAnswer);
+        if lost {
+            st.faults.pop_front();
+            st.faulted_posts += 1;
+        }
+        lost
+    };
+    if !lost_answer {
+        if let Some(r) = take_fault(&shared) {
+            return r;
+        }
     }
     let content_len = body["content"]
         .as_str()
@@ -163,9 +187,16 @@ async fn create_message(
         message_id: id,
         body: body.clone(),
     });
+    let created = bot_message(id, channel_id, &body);
+    if let Some(n) = nonce {
+        st.nonces.insert(n, created.clone());
+    }
     drop(st);
     shared.bump();
-    Json(bot_message(id, channel_id, &body)).into_response()
+    if lost_answer {
+        return error(StatusCode::BAD_GATEWAY, "502: Bad Gateway");
+    }
+    Json(created).into_response()
 }
 
 async fn edit_message(
