@@ -150,6 +150,7 @@ pub fn start_all(
                 cfg.api_url = s.api_url.clone();
                 cfg.reply_in_thread = s.reply_in_thread;
                 cfg.max_message_len = s.max_message_len;
+                cfg.inbox_dir = Some(shared.config.gateway.workspace.join("inbox"));
                 match switchboard_slack::SlackChannel::new(cfg) {
                     Ok(ch) => {
                         let ch = Arc::new(ch);

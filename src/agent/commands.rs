@@ -16,6 +16,19 @@ const HELP: &str = "Commands:\n\
 /reminders — this chat's scheduled reminders\n\
 /help — this list";
 
+/// Slack's client takes a message starting with `/` for one of its slash commands, so
+/// there the commands only work after a mention (which the adapter strips).
+const SLACK_HELP: &str = "\n\nIn Slack, start with a mention: `@bot /stop`.";
+
+/// The `/help` text for a chat on `channel`.
+fn help(channel: &str) -> String {
+    if channel == "slack" {
+        format!("{HELP}{SLACK_HELP}")
+    } else {
+        HELP.to_string()
+    }
+}
+
 /// Answer a command, or `None` when the turn is not a known command.
 pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
     let [only] = turn.messages.as_slice() else {
@@ -30,7 +43,7 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
             Session::reset(&turn.key, &mut writes);
             "Started a fresh conversation.".to_string()
         }
-        "help" | "start" => HELP.to_string(),
+        "help" | "start" => help(&turn.key.channel),
         "status" => {
             let session = Session::load(agent.store.as_ref(), &turn.key).unwrap_or_default();
             let extra = (agent.status)(&turn.key);
@@ -52,4 +65,13 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
         replies: vec![Agent::reply(only, text, OutboundKind::Final)],
         writes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slack_help_says_to_mention_the_bot_first() {
+        assert!(super::help("slack").ends_with("start with a mention: `@bot /stop`."));
+        assert!(!super::help("telegram").contains("mention"));
+    }
 }

@@ -1,6 +1,7 @@
 //! [`SlackConfig`]: tokens, endpoint and behaviour switches of the Slack adapter.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use switchboard_channel::SLACK_MAX_MESSAGE_LEN;
@@ -36,6 +37,14 @@ pub struct SlackConfig {
     /// `send`: longest `Retry-After` waited inside one send before handing the wait back
     /// to the caller as `SendError::RetryAfter`.
     pub max_inline_retry_after: Duration,
+    /// Where files users share are downloaded (`<workspace>/inbox`); `None`: not
+    /// downloaded, the message says so.
+    pub inbox_dir: Option<PathBuf>,
+    /// Largest file downloaded (Socket Mode events carry no size: the download stops here).
+    pub max_file_bytes: u64,
+    /// Longest time one event's downloads may take: Slack wants its ack within 3 s, and
+    /// the ack waits for the publish. A file not done by then is named, with its URL.
+    pub file_download_budget: Duration,
 }
 
 impl SlackConfig {
@@ -54,6 +63,9 @@ impl SlackConfig {
             socket_idle_timeout: Duration::from_secs(3600),
             socket_ping_interval: Duration::from_secs(10),
             max_inline_retry_after: Duration::from_secs(30),
+            inbox_dir: None,
+            max_file_bytes: 20 * 1024 * 1024,
+            file_download_budget: Duration::from_secs(2),
         }
     }
 
@@ -66,6 +78,12 @@ impl SlackConfig {
     /// Builder: accept Events API requests signed with this secret.
     pub fn with_signing_secret(mut self, secret: impl Into<String>) -> Self {
         self.signing_secret = Some(secret.into());
+        self
+    }
+
+    /// Builder: download shared files into this folder.
+    pub fn with_inbox_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.inbox_dir = Some(dir.into());
         self
     }
 
@@ -97,6 +115,9 @@ impl fmt::Debug for SlackConfig {
             .field("socket_idle_timeout", &self.socket_idle_timeout)
             .field("socket_ping_interval", &self.socket_ping_interval)
             .field("max_inline_retry_after", &self.max_inline_retry_after)
+            .field("inbox_dir", &self.inbox_dir)
+            .field("max_file_bytes", &self.max_file_bytes)
+            .field("file_download_budget", &self.file_download_budget)
             .finish()
     }
 }

@@ -9,8 +9,9 @@
 //!   `app_mention` for it (so one user message is published once).
 
 use serde_json::{Map, Value, json};
-use switchboard_channel::{Attachment, AttachmentKind, ChatKey, InboundMessage, Sender};
+use switchboard_channel::{ChatKey, InboundMessage, Sender};
 
+use crate::files::FileRef;
 use crate::web::BotIdentity;
 
 /// What to do with one event.
@@ -29,6 +30,8 @@ pub(crate) struct Converted {
     pub ts: String,
     /// `(channel, thread root ts)` the bot now takes part in, when it was mentioned there.
     pub joined_thread: Option<(String, String)>,
+    /// Shared files, downloaded (or noted in the text) before publishing.
+    pub files: Vec<FileRef>,
 }
 
 fn s<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
@@ -58,22 +61,22 @@ pub(crate) fn is_dm(channel: &str) -> bool {
     channel.starts_with('D')
 }
 
-fn attachment(f: &Value) -> Option<Attachment> {
-    let location = s(f, "url_private").or_else(|| s(f, "url_private_download"))?;
-    let mime = s(f, "mimetype").map(str::to_string);
-    let kind = match mime.as_deref().and_then(|m| m.split('/').next()) {
-        Some("image") => AttachmentKind::Image,
-        Some("audio") => AttachmentKind::Audio,
-        Some("video") => AttachmentKind::Video,
-        _ => AttachmentKind::Document,
-    };
-    Some(Attachment {
-        kind,
-        name: s(f, "name").map(str::to_string),
-        mime,
-        location: location.to_string(),
-        size: f.get("size").and_then(Value::as_u64).unwrap_or(0),
-    })
+/// `(channel, thread root ts)` of a channel thread reply that does not say whose thread it
+/// is (no `parent_user_id`, as over Socket Mode): [`convert`] needs to know whether the
+/// bot's. Mentions, DMs, bots' and the bot's own messages need no answer.
+pub(crate) fn thread_to_look_up(callback: &Value, me: &BotIdentity) -> Option<(String, String)> {
+    let ev = callback.get("event")?;
+    if s(ev, "type") != Some("message") || s(ev, "parent_user_id").is_some() {
+        return None;
+    }
+    if s(ev, "bot_id").is_some() || s(ev, "user").is_none_or(|u| u == me.user_id) {
+        return None;
+    }
+    let (channel, ts, root) = (s(ev, "channel")?, s(ev, "ts")?, s(ev, "thread_ts")?);
+    if root == ts || channel_type(ev, channel) == "im" {
+        return None;
+    }
+    Some((channel.to_string(), root.to_string()))
 }
 
 /// Decide about one `event_callback`. `in_bot_thread(channel, thread_ts)` says whether the
@@ -130,10 +133,13 @@ pub(crate) fn convert(
         && (in_bot_thread(channel, root) || s(ev, "parent_user_id") == Some(me.user_id.as_str()));
     let mentions_bot = is_mention_event || mentions_tag || bot_thread;
 
-    let chat_id = if is_im || !reply_in_thread {
-        channel.to_string()
-    } else {
+    // A DM is one conversation, except a thread the user opened in it: that thread is its
+    // own, and the reply must land in it rather than at the DM's top level.
+    let threaded = reply_in_thread && (!is_im || in_thread);
+    let chat_id = if threaded {
         format!("{channel}:{root}")
+    } else {
+        channel.to_string()
     };
     let trimmed = raw_text.trim_start();
     let text = trimmed
@@ -157,11 +163,6 @@ pub(crate) fn convert(
     if in_thread {
         msg.reply_to = Some(root.to_string());
     }
-    msg.attachments = ev
-        .get("files")
-        .and_then(Value::as_array)
-        .map(|fs| fs.iter().filter_map(attachment).collect())
-        .unwrap_or_default();
     let mut meta = Map::new();
     meta.insert("message_id".into(), json!(ts));
     meta.insert("channel".into(), json!(channel));
@@ -180,6 +181,11 @@ pub(crate) fn convert(
         channel: channel.to_string(),
         ts: ts.to_string(),
         joined_thread,
+        files: ev
+            .get("files")
+            .and_then(Value::as_array)
+            .map(|fs| fs.iter().filter_map(FileRef::from_event).collect())
+            .unwrap_or_default(),
     }))
 }
 

@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use switchboard_channel::AttachmentKind;
 
 fn me() -> BotIdentity {
     BotIdentity {
@@ -124,7 +125,7 @@ fn channel_message_with_mention_is_left_to_app_mention() {
 }
 
 #[test]
-fn files_become_attachments() {
+fn files_are_listed_for_download() {
     let c = publish(
         json!({"type": "message", "subtype": "file_share", "channel_type": "im", "user": "U1",
                "channel": "D1", "text": "look", "ts": "1.0",
@@ -134,14 +135,16 @@ fn files_become_attachments() {
                           "url_private": "https://files.slack.com/a.pdf"}]}),
         true,
     );
-    assert_eq!(c.msg.attachments.len(), 2);
-    let a = &c.msg.attachments[0];
+    // Attachments are local files only: the URLs wait for the download.
+    assert!(c.msg.attachments.is_empty());
+    assert_eq!(c.files.len(), 2);
+    let a = &c.files[0];
     assert_eq!(a.kind, AttachmentKind::Image);
     assert_eq!(a.name.as_deref(), Some("cat.png"));
     assert_eq!(a.mime.as_deref(), Some("image/png"));
     assert_eq!(a.size, 1234);
-    assert_eq!(a.location, "https://files.slack.com/cat.png");
-    assert_eq!(c.msg.attachments[1].kind, AttachmentKind::Document);
+    assert_eq!(a.url, "https://files.slack.com/cat.png");
+    assert_eq!(c.files[1].kind, AttachmentKind::Document);
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! - `config`: [`SlackConfig`].
 //! - `web`: Web API calls and their errors.
 //! - `inbound`: event rules and keys.
+//! - `files`: shared files downloaded into the workspace inbox before publishing.
 //! - `events_api`: signed HTTP intake.
 //! - `socket`: Socket Mode supervisor (reconnects, watchdog, shutdown).
 //! - `send`: replies and the 👀 reaction.
@@ -18,6 +19,7 @@
 
 mod config;
 mod events_api;
+mod files;
 mod inbound;
 mod memory;
 mod send;
@@ -63,6 +65,8 @@ pub(crate) enum IntakeError {
 pub(crate) struct Shared {
     pub cfg: SlackConfig,
     pub web: WebApi,
+    /// For file downloads (plain HTTP GETs, not Web API calls).
+    http: reqwest::Client,
     identity: RwLock<Option<BotIdentity>>,
     inbound: RwLock<Option<InboundSender>>,
     memory: Mutex<Memory>,
@@ -113,13 +117,18 @@ impl Shared {
     /// Decide about one `event_callback` and publish it when it counts. `Ok` means Slack
     /// may be acknowledged (published, duplicate, or ignored on purpose).
     pub async fn intake(self: &Arc<Self>, callback: &Value) -> Result<(), IntakeError> {
+        // Everything before the publish shares Slack's 3 s ack window.
+        let started = tokio::time::Instant::now();
         let (Some(inbound), Some(me)) = (self.inbound(), self.identity()) else {
             return Err(IntakeError::NotRunning);
         };
+        if let Some(thread) = inbound::thread_to_look_up(callback, &me) {
+            self.learn_thread(&me, thread).await;
+        }
         let decision = {
             let mem = self.memory();
             inbound::convert(callback, &me, self.cfg.reply_in_thread, |c, t| {
-                mem.threads.contains(&(c.to_string(), t.to_string()))
+                mem.threads.get(&(c.to_string(), t.to_string())) == Some(&true)
             })
         };
         let mut c = match decision {
@@ -130,6 +139,21 @@ impl Shared {
             Intake::Publish(c) => c,
         };
         self.name_sender(&mut c.msg.sender).await;
+        // Files of a message the gateway will not pass on (a stranger, a channel message
+        // not for the bot) are not fetched: up to the size limit each, for nothing.
+        if !c.files.is_empty() && inbound.admits(&c.msg) {
+            let downloader = files::Downloader {
+                http: &self.http,
+                bot_token: &self.cfg.bot_token,
+                inbox: self.cfg.inbox_dir.as_deref(),
+                max_bytes: self.cfg.max_file_bytes,
+            };
+            let deadline = started + self.cfg.file_download_budget;
+            let tag = c.msg.id.rsplit(':').next().unwrap_or_default().to_string();
+            downloader
+                .fetch_into(&mut c.msg, &tag, &c.files, deadline)
+                .await;
+        }
         let key = c.msg.key.to_string();
         let published = inbound.publish(c.msg).await?;
         debug!(%key, ?published, "slack message published");
@@ -139,7 +163,7 @@ impl Shared {
             let mut mem = self.memory();
             mem.last_message.insert(key, (c.channel, c.ts));
             if let Some(t) = c.joined_thread {
-                mem.threads.insert(t, ());
+                mem.threads.insert(t, true);
             }
         }
         Ok(())
@@ -147,6 +171,39 @@ impl Shared {
 }
 
 impl Shared {
+    /// Whose thread is it? Socket Mode events lose `parent_user_id` (slack-morphism's typed
+    /// event has no such field), so a reply under a post the bot made before a restart
+    /// would look like chatter. Ask `conversations.replies` for the root, once per thread:
+    /// the answer, either way, is kept in `threads`. Bounded like the user lookup; a lookup
+    /// that fails or runs late counts as someone else's thread and is tried again next time.
+    async fn learn_thread(&self, me: &BotIdentity, thread: (String, String)) {
+        if self.memory().threads.contains(&thread) {
+            return;
+        }
+        let (channel, root) = &thread;
+        let found = tokio::time::timeout(USER_LOOKUP_WAIT, self.web.thread_root(channel, root));
+        let mine = match found.await {
+            Ok(Ok(root)) => {
+                root.user.as_deref() == Some(me.user_id.as_str())
+                    || (root.bot_id.is_some() && root.bot_id == me.bot_id)
+            }
+            // Slack answered (thread_not_found, missing_scope…): not a thread of the bot's.
+            Ok(Err(web::WebError::Api(code))) => {
+                debug!(%code, "slack conversations.replies refused");
+                false
+            }
+            Ok(Err(e)) => {
+                debug!(error = %e, "slack conversations.replies failed");
+                return;
+            }
+            Err(_) => {
+                debug!("slack conversations.replies slow; treated as someone else's thread");
+                return;
+            }
+        };
+        self.memory().threads.insert(thread, mine);
+    }
+
     /// Fill the sender's names from the `users.info` cache. A user not cached yet is looked
     /// up first, since `allow_from` may name them by username — but for at most
     /// [`USER_LOOKUP_WAIT`], so intake (and Slack's ack) never hangs on it: a lookup that
@@ -222,10 +279,15 @@ impl SlackChannel {
             switchboard_channel::redact::register(s);
         }
         let web = WebApi::new(&cfg.api_url, &cfg.bot_token)?;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .build()
+            .map_err(|e| ChannelError::Other(format!("slack: http client: {e}")))?;
         Ok(Self {
             shared: Arc::new(Shared {
                 cfg,
                 web,
+                http,
                 identity: RwLock::new(None),
                 inbound: RwLock::new(None),
                 memory: Mutex::new(Memory::default()),

@@ -1,22 +1,23 @@
 //! Small bounded memories the adapter keeps between intake and replies.
 //!
 //! - the threads the bot takes part in or started with a top-level post (so replies there
-//!   count as addressed to it);
+//!   count as addressed to it), and the threads `conversations.replies` said are not;
 //! - the last published message per chat key (the one `typing` puts 👀 on);
 //! - the messages already given 👀 (at most one reaction per message);
 //! - how many chunks of a partly delivered reply went out (so a retry never resends them);
 //! - users' names from `users.info`.
 //!
 //! Each memory is a [`Bounded`] map of at most [`Bounded::DEFAULT_CAP`] entries; the oldest
-//! go first. Lost on restart, which only costs a mention in an old thread or a 👀.
+//! go first. Lost on restart, which only costs a `conversations.replies` lookup or a 👀.
 
 use switchboard_channel::Bounded;
 
 /// What the adapter remembers, behind one mutex (never held across `.await`).
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
-    /// `(channel, thread root ts)` the bot takes part in.
-    pub threads: Bounded<(String, String), ()>,
+    /// `(channel, thread root ts)` → whether the bot takes part in that thread (`false`:
+    /// looked up, someone else's, so not asked again).
+    pub threads: Bounded<(String, String), bool>,
     /// Chat key → `(channel, ts)` of the last published message.
     pub last_message: Bounded<String, (String, String)>,
     /// `channel:ts` of messages that got 👀.

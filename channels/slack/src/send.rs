@@ -77,7 +77,7 @@ pub(crate) async fn send(
                 // A top-level post in a channel roots a thread of the bot's: replies there
                 // are addressed to it (Socket Mode events carry no `parent_user_id`).
                 if thread.is_none() && !crate::inbound::is_dm(channel) {
-                    mem.threads.insert((channel.to_string(), ts.clone()), ());
+                    mem.threads.insert((channel.to_string(), ts.clone()), true);
                 }
                 receipt.message_ids.push(ts);
             }
@@ -93,7 +93,8 @@ pub(crate) async fn send(
     let mut mem = sh.memory();
     mem.delivered_chunks.remove(&fp);
     if let Some(t) = thread {
-        mem.threads.insert((channel.to_string(), t.to_string()), ());
+        mem.threads
+            .insert((channel.to_string(), t.to_string()), true);
     }
     Ok(receipt)
 }

@@ -151,6 +151,19 @@ pub(crate) struct UserNames {
 }
 
 #[derive(Deserialize)]
+struct Replies {
+    #[serde(default)]
+    messages: Vec<ThreadRoot>,
+}
+
+/// Who posted a thread's root message (`conversations.replies`).
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ThreadRoot {
+    pub user: Option<String>,
+    pub bot_id: Option<String>,
+}
+
+#[derive(Deserialize)]
 struct ConnectionsOpen {
     #[allow(dead_code)]
     url: String,
@@ -245,6 +258,26 @@ impl WebApi {
             username: nonempty(u.name),
             display_name: d,
         }))
+    }
+
+    /// `conversations.replies` with `limit=1`: the root message of thread `ts`.
+    pub async fn thread_root(&self, channel: &str, ts: &str) -> Result<ThreadRoot, WebError> {
+        let params = vec![
+            ("channel", Some(channel)),
+            ("ts", Some(ts)),
+            ("limit", Some("1")),
+        ];
+        let r: Replies = self
+            .client
+            .open_session(&self.bot_token)
+            .http_session_api
+            .http_get("conversations.replies", &params, None)
+            .await
+            .map_err(WebError::from_client)?;
+        r.messages
+            .into_iter()
+            .next()
+            .ok_or_else(|| WebError::Api("thread_not_found".into()))
     }
 
     /// `chat.postMessage` with `mrkdwn: true`; returns the new message's ts.

@@ -132,6 +132,30 @@ async fn dm_is_published_with_the_channel_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_in_a_dm_is_its_own_chat_and_answered_in_it() {
+    let fake = FakeSlack::start().await;
+    let run = start(socket_config(&fake));
+    let mut ev = events::dm("D42", "U7", "follow-up in the thread", "5.7");
+    ev["thread_ts"] = serde_json::json!("5.5");
+    let p = fake.push_event(ev).await;
+    fake.wait_for_ack(&p.envelope_id).await;
+    let got = run.sink.wait_for_published(1).await;
+    assert_eq!(got[0].key.to_string(), "slack:D42:5.5");
+    assert_eq!(got[0].reply_to.as_deref(), Some("5.5"));
+    assert!(!got[0].is_group);
+    run.channel
+        .send(&OutboundMessage::new(got[0].key.clone(), "answer"))
+        .await
+        .unwrap();
+    let posts = fake.wait_for_posts(1).await;
+    assert_eq!(
+        (posts[0].channel.as_str(), posts[0].thread_ts.as_deref()),
+        ("D42", Some("5.5"))
+    );
+    run.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnects_after_disconnect_and_after_a_dropped_socket() {
     let fake = FakeSlack::start().await;
     let run = start(socket_config(&fake));
@@ -420,5 +444,43 @@ async fn a_bad_frame_keeps_the_socket_ready_and_a_lost_socket_does_not() {
         .await;
     fake.wait_for_connections(2).await;
     run.sink.wait_for_connected(true).await;
+    run.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_under_a_post_from_before_a_restart_is_looked_up_once() {
+    let fake = FakeSlack::start().await;
+    // Posted by an earlier run: this one has no memory of it.
+    fake.add_message("C7", "8.0", BOT_USER_ID, "Yesterday's report");
+    fake.add_message("C7", "6.0", "U2", "lunch?");
+    let run = start(socket_config(&fake));
+    fake.wait_for_connections(1).await;
+
+    for (ts, root) in [
+        ("8.2", "8.0"),
+        ("8.3", "8.0"),
+        ("6.1", "6.0"),
+        ("6.2", "6.0"),
+    ] {
+        let p = fake
+            .push_event(events::thread_reply("C7", "U1", "and Q3?", ts, root))
+            .await;
+        fake.wait_for_ack(&p.envelope_id).await;
+    }
+    let got = run.sink.wait_for_published(4).await;
+    let addressed: Vec<bool> = got.iter().map(|m| m.mentions_bot).collect();
+    assert_eq!(addressed, [true, true, false, false]);
+    assert_eq!(got[0].key.to_string(), "slack:C7:8.0");
+    // One lookup per thread, whatever the answer.
+    let lookups: Vec<_> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "conversations.replies")
+        .map(|c| (c.params["ts"].clone(), c.params["limit"].clone()))
+        .collect();
+    assert_eq!(
+        lookups,
+        [("8.0".into(), "1".into()), ("6.0".into(), "1".into())]
+    );
     run.stop().await.expect("clean stop");
 }

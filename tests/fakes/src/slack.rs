@@ -2,12 +2,14 @@
 //!
 //! [`FakeSlack`] serves the Web API under `/api/<method>` (JSON, form or query parameters;
 //! `Authorization: Bearer` checked — the bot token for Web API methods, the app token for
-//! `apps.connections.open`) and the Socket Mode websocket at `/socket`. It records every
+//! `apps.connections.open`), the Socket Mode websocket at `/socket`, and shared files at
+//! `/files/<path>` (`url_private`, bot token required). It records every
 //! call, every posted/updated message, every reaction and every Socket Mode ack, injects
 //! faults (429 with `Retry-After`, API errors, HTTP statuses, delays) per method, and offers
 //! bounded waits. [`events`] builds event payloads and signs Events API requests.
 
 pub mod events;
+mod files;
 mod socket;
 mod web;
 
@@ -23,6 +25,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use events::{APP_ID, TEAM_ID, event_callback, event_callback_body, sign, signed_headers};
+pub use files::FileGet;
 
 /// Bot token the fake accepts for Web API methods.
 pub const BOT_TOKEN: &str = "xoxb-fake-bot-token";
@@ -102,6 +105,10 @@ struct Inner {
     acks: Vec<String>,
     faults: HashMap<String, VecDeque<Fault>>,
     users: HashMap<String, String>,
+    files: HashMap<String, files::HostedFile>,
+    /// Messages posted before the test (by anyone): `(channel, ts)` → message.
+    history: HashMap<(String, String), Value>,
+    file_gets: Vec<FileGet>,
     sockets: Vec<socket::SocketHandle>,
     connections: usize,
     /// Envelopes sent and not yet acknowledged, for [`FakeSlack::redeliver_unacked`].
@@ -159,6 +166,8 @@ impl FakeSlack {
         let app = Router::new()
             .route("/api/{method}", any(web::api))
             .route("/socket", get(socket::upgrade))
+            .route("/files/{*path}", get(files::get))
+            .route("/signin", get(files::signin))
             .with_state(shared.clone());
         let stop = CancellationToken::new();
         let s = stop.clone();
@@ -183,6 +192,59 @@ impl FakeSlack {
     /// Make `users.info` know a user.
     pub fn add_user(&self, id: &str, name: &str) {
         self.shared.lock().users.insert(id.into(), name.into());
+    }
+
+    /// Make `conversations.replies` know a message posted earlier (before a restart, say):
+    /// by `user`, or by the bot with its `bot_id` when `user` is [`BOT_USER_ID`].
+    pub fn add_message(&self, channel: &str, ts: &str, user: &str, text: &str) {
+        let mut m = json!({"type": "message", "user": user, "text": text, "ts": ts});
+        if user == BOT_USER_ID {
+            m["bot_id"] = json!(BOT_ID);
+        }
+        let key = (channel.to_string(), ts.to_string());
+        self.shared.lock().history.insert(key, m);
+    }
+
+    /// Serve `body` at `/files/<path>` to the bot token; returns its `url_private`.
+    pub fn add_file(&self, path: &str, mime: &str, body: &[u8]) -> String {
+        self.host_file(path, mime, body, |_| {})
+    }
+
+    /// [`Self::add_file`] served to anyone (a pre-signed URL on another host).
+    pub fn add_public_file(&self, path: &str, mime: &str, body: &[u8]) -> String {
+        self.host_file(path, mime, body, |f| f.public = true)
+    }
+
+    /// [`Self::add_file`] that answers after `delay`.
+    pub fn add_slow_file(&self, path: &str, mime: &str, body: &[u8], delay: Duration) -> String {
+        self.host_file(path, mime, body, |f| f.delay = Some(delay))
+    }
+
+    /// `/files/<path>` answers the bot token with `302 Location: <to>`; returns its URL.
+    pub fn add_file_redirect(&self, path: &str, to: &str) -> String {
+        self.host_file(path, "", b"", |f| f.redirect_to = Some(to.to_string()))
+    }
+
+    fn host_file(
+        &self,
+        path: &str,
+        mime: &str,
+        body: &[u8],
+        tweak: impl FnOnce(&mut files::HostedFile),
+    ) -> String {
+        let mut f = files::HostedFile {
+            body: body.to_vec(),
+            mime: mime.to_string(),
+            ..Default::default()
+        };
+        tweak(&mut f);
+        self.shared.lock().files.insert(path.to_string(), f);
+        format!("http://{}/files/{path}", self.shared.addr)
+    }
+
+    /// Every GET of a hosted file so far.
+    pub fn file_gets(&self) -> Vec<FileGet> {
+        self.shared.lock().file_gets.clone()
     }
 
     /// Inject `fault` on the next call of `method` (queued: call again for more).

@@ -204,6 +204,28 @@ fn web_method(shared: &Shared, method: &str, p: &Map<String, Value>) -> Response
                 "profile": {"display_name": name, "real_name": name},
             }}))
         }
+        // The thread's root only, as `limit=1` gives (real Slack answers a ts that is not
+        // a message with `thread_not_found`).
+        "conversations.replies" => {
+            let key = (
+                str_param(p, "channel").unwrap_or_default(),
+                str_param(p, "ts").unwrap_or_default(),
+            );
+            let g = shared.lock();
+            let posted = g
+                .posts
+                .iter()
+                .find(|m| (&m.channel, &m.ts) == (&key.0, &key.1));
+            let root = match posted {
+                Some(m) => json!({"type": "message", "user": BOT_USER_ID, "bot_id": BOT_ID,
+                                  "text": m.text, "ts": m.ts}),
+                None => match g.history.get(&key) {
+                    Some(m) => m.clone(),
+                    None => return slack_error("thread_not_found"),
+                },
+            };
+            ok(json!({"messages": [root], "has_more": true}))
+        }
         "conversations.info" => {
             let id = str_param(p, "channel").unwrap_or_default();
             let is_im = id.starts_with('D');

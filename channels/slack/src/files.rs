@@ -1,0 +1,292 @@
+//! Files users share, downloaded into the workspace inbox with the bot token.
+//!
+//! Slack's file URLs (`url_private_download`, else `url_private`) need `Authorization:
+//! Bearer <bot token>` (scope `files:read`). Each file is streamed to `<name>.part` with a
+//! running size check and renamed when complete, so a crash never leaves a half file under
+//! the final name. All of one event's downloads share one deadline, because Slack's ack
+//! waits for the publish: a file not done by then, too large, or failed becomes a note in
+//! the message text (its name and URL, never the token) instead of losing the message.
+//! Redirects are followed by reqwest, which drops `Authorization` when one leads to another
+//! host or port.
+
+use std::path::{Path, PathBuf};
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use switchboard_channel::{Attachment, AttachmentKind, InboundMessage};
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+
+use crate::web::short;
+
+/// A shared file as the event describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FileRef {
+    pub id: String,
+    pub kind: AttachmentKind,
+    pub name: Option<String>,
+    pub mime: Option<String>,
+    pub url: String,
+    /// From the Events API; 0 when unknown (Socket Mode, through slack-morphism).
+    pub size: u64,
+}
+
+impl FileRef {
+    /// The file of one `files[]` entry, when it has a URL to fetch.
+    pub fn from_event(f: &Value) -> Option<FileRef> {
+        let s = |k: &str| f.get(k).and_then(Value::as_str).filter(|x| !x.is_empty());
+        let url = s("url_private_download").or_else(|| s("url_private"))?;
+        let mime = s("mimetype").map(str::to_string);
+        let kind = match mime.as_deref().and_then(|m| m.split('/').next()) {
+            Some("image") => AttachmentKind::Image,
+            Some("audio") => AttachmentKind::Audio,
+            Some("video") => AttachmentKind::Video,
+            _ => AttachmentKind::Document,
+        };
+        Some(FileRef {
+            id: s("id").unwrap_or_default().to_string(),
+            kind,
+            name: s("name").map(str::to_string),
+            mime,
+            url: url.to_string(),
+            size: f.get("size").and_then(Value::as_u64).unwrap_or(0),
+        })
+    }
+}
+
+/// Why a file was not downloaded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FileError {
+    #[error("larger than the {0} limit")]
+    TooLarge(String),
+    #[error("not done in time")]
+    TimedOut,
+    #[error("no inbox folder configured")]
+    NoInbox,
+    #[error("download failed: {0}")]
+    Download(String),
+    #[error("could not write to the inbox: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where and how to download.
+pub(crate) struct Downloader<'a> {
+    pub http: &'a reqwest::Client,
+    pub bot_token: &'a str,
+    pub inbox: Option<&'a Path>,
+    pub max_bytes: u64,
+}
+
+impl Downloader<'_> {
+    /// Download every file before `deadline`, adding attachments to `msg` and a note to its
+    /// text for each file that did not make it. `tag` (the event id) keeps names unique.
+    pub async fn fetch_into(
+        &self,
+        msg: &mut InboundMessage,
+        tag: &str,
+        files: &[FileRef],
+        deadline: Instant,
+    ) {
+        for file in files {
+            match self.download(tag, file, deadline).await {
+                Ok(a) => msg.attachments.push(a),
+                Err(e) => {
+                    tracing::warn!(file = %file.id, error = %e, "slack: file not downloaded");
+                    let note = note(file, &e);
+                    msg.text = if msg.text.is_empty() {
+                        note
+                    } else {
+                        format!("{}\n\n{note}", msg.text)
+                    };
+                }
+            }
+        }
+    }
+
+    async fn download(
+        &self,
+        tag: &str,
+        file: &FileRef,
+        deadline: Instant,
+    ) -> Result<Attachment, FileError> {
+        let too_large = || FileError::TooLarge(human_size(self.max_bytes));
+        let inbox = self.inbox.ok_or(FileError::NoInbox)?;
+        if file.size > self.max_bytes {
+            return Err(too_large());
+        }
+        if Instant::now() >= deadline {
+            return Err(FileError::TimedOut);
+        }
+        tokio::fs::create_dir_all(inbox).await?;
+        let dest = inbox.join(file_name(tag, file));
+        let part = dest.with_extension(match dest.extension() {
+            Some(e) => format!("{}.part", e.to_string_lossy()),
+            None => "part".to_string(),
+        });
+        let result = tokio::time::timeout_at(deadline, self.stream_to(file, &part)).await;
+        let written = match result {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                let _ = tokio::fs::remove_file(&part).await;
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = tokio::fs::remove_file(&part).await;
+                return Err(FileError::TimedOut);
+            }
+        };
+        tokio::fs::rename(&part, &dest).await?;
+        Ok(Attachment {
+            kind: file.kind,
+            name: file.name.clone(),
+            mime: file.mime.clone(),
+            location: dest.to_string_lossy().into_owned(),
+            size: written,
+        })
+    }
+
+    /// GET the file into `part`; the bytes written.
+    async fn stream_to(&self, file: &FileRef, part: &Path) -> Result<u64, FileError> {
+        let too_large = || FileError::TooLarge(human_size(self.max_bytes));
+        // reqwest errors name the URL only, which carries no secret; `short` redacts anyway.
+        let failed = |e: reqwest::Error| FileError::Download(short(&e.to_string()));
+        let resp = self
+            .http
+            .get(&file.url)
+            .bearer_auth(self.bot_token)
+            .send()
+            .await
+            .map_err(failed)?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(FileError::Download(format!(
+                "http status {}",
+                status.as_u16()
+            )));
+        }
+        // Without a valid token (or without `files:read`) Slack answers with its sign-in
+        // page, not an error: do not store that as the user's file.
+        let html = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/html"));
+        if html && file.mime.as_deref() != Some("text/html") {
+            return Err(FileError::Download(
+                "slack answered with a web page (is the files:read scope granted?)".into(),
+            ));
+        }
+        if resp.content_length().is_some_and(|n| n > self.max_bytes) {
+            return Err(too_large());
+        }
+        let mut out = tokio::fs::File::create(part).await?;
+        let mut stream = resp.bytes_stream();
+        let mut written: u64 = 0;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(failed)?;
+            written += chunk.len() as u64;
+            if written > self.max_bytes {
+                return Err(too_large());
+            }
+            out.write_all(&chunk).await?;
+        }
+        out.flush().await?;
+        out.sync_all().await?;
+        Ok(written)
+    }
+}
+
+/// `slack-<event id>-<file id>[-<original name>]`, with only safe characters (a name from
+/// Slack must not escape the inbox).
+fn file_name(tag: &str, file: &FileRef) -> PathBuf {
+    let keep = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let alnum = |s: &str| -> String { s.chars().filter(char::is_ascii_alphanumeric).collect() };
+    let safe = keep(file.name.as_deref().unwrap_or_default());
+    let safe = safe.trim_start_matches('.');
+    let base = format!("slack-{}-{}", alnum(tag), alnum(&file.id));
+    if safe.is_empty() {
+        PathBuf::from(base)
+    } else {
+        PathBuf::from(format!("{base}-{safe}"))
+    }
+}
+
+/// The note added to the message text for a file that was not downloaded.
+pub(crate) fn note(file: &FileRef, err: &FileError) -> String {
+    let name = file.name.as_deref().unwrap_or("(unnamed)");
+    let size = if file.size > 0 {
+        format!(" ({})", human_size(file.size))
+    } else {
+        String::new()
+    };
+    format!("[file {name}{size} not downloaded: {err}; {}]", file.url)
+}
+
+fn human_size(bytes: u64) -> String {
+    const MB: u64 = 1024 * 1024;
+    if bytes >= MB {
+        format!("{:.1} MB", bytes as f64 / MB as f64)
+    } else if bytes >= 1024 {
+        format!("{:.1} KB", bytes as f64 / 1024.0)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: Option<&str>) -> FileRef {
+        FileRef {
+            id: "F0-1".into(),
+            kind: AttachmentKind::Document,
+            name: name.map(str::to_string),
+            mime: None,
+            url: "https://files.slack.com/files-pri/T0-F01/a.pdf".into(),
+            size: 30 * 1024 * 1024,
+        }
+    }
+
+    #[test]
+    fn file_names_stay_inside_the_inbox() {
+        let n = file_name("Ev0:1", &file(Some("../../etc/passwd")));
+        assert_eq!(n, PathBuf::from("slack-Ev01-F01-_.._etc_passwd"));
+        assert_eq!(n.components().count(), 1);
+        assert_eq!(
+            file_name("Ev2", &file(None)),
+            PathBuf::from("slack-Ev2-F01")
+        );
+    }
+
+    #[test]
+    fn notes_name_the_file_and_its_url() {
+        let e = FileError::TooLarge(human_size(20 * 1024 * 1024));
+        assert_eq!(
+            note(&file(Some("big.zip")), &e),
+            "[file big.zip (30.0 MB) not downloaded: larger than the 20.0 MB limit; \
+             https://files.slack.com/files-pri/T0-F01/a.pdf]"
+        );
+    }
+
+    #[test]
+    fn the_download_url_is_preferred() {
+        let f = FileRef::from_event(&serde_json::json!({
+            "id": "F1", "name": "a.pdf", "mimetype": "application/pdf",
+            "url_private": "https://files.slack.com/a", "url_private_download": "https://files.slack.com/a/download",
+        }))
+        .expect("a file");
+        assert_eq!(f.url, "https://files.slack.com/a/download");
+        assert_eq!(f.size, 0);
+    }
+}
