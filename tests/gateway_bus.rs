@@ -12,30 +12,15 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures_util::FutureExt;
 
-use common::{Env, TestChannel, with_test_channel};
+use common::{Env, TestChannel, message, with_test_channel};
 use switchboard::bus::{Bus, Interrupted, TurnHandler, TurnInput, TurnOutput};
 use switchboard::store::{SledStore, Store, Tree};
-use switchboard_channel::{ChatKey, InboundMessage, Published, Sender};
+use switchboard_channel::{ChatKey, InboundMessage, Published};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A chat member's message.
-fn message(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
-    InboundMessage::text(
-        id,
-        key.clone(),
-        Sender {
-            id: "u".into(),
-            username: None,
-            display_name: "U".into(),
-            is_owner: false,
-        },
-        text,
-    )
-}
 
 /// A chat member's message that is never joined with others into one turn.
 fn inbound(id: &str, key: &ChatKey, text: &str) -> InboundMessage {

@@ -4,29 +4,17 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Env, TestChannel, with_test_channel};
+use common::{Env, TestChannel, message};
 use serde_json::{Value, json};
-use switchboard::StartOptions;
 use switchboard::agent::resume;
 use switchboard::agent::session::Session;
 use switchboard::store::Tree;
-use switchboard_channel::{ChatKey, InboundMessage, Sender};
+use switchboard_channel::{ChatKey, InboundMessage};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn message(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
-    let sender = Sender {
-        id: "u".into(),
-        username: None,
-        display_name: "U".into(),
-        is_owner: false,
-    };
-    InboundMessage::text(id, key.clone(), sender, text)
-}
 
 fn texts(ch: &TestChannel) -> Vec<String> {
     ch.sent().into_iter().map(|m| m.text).collect()
@@ -72,12 +60,7 @@ async fn a_turn_interrupted_after_its_grace_goes_on_at_the_next_start_without_re
     ));
     // Still running when the grace is over: cut off.
     llm.push(Reply::tool_call("exec", json!({"command": "sleep 60"})));
-    let ch = Arc::new(TestChannel::default());
-    let opts = StartOptions {
-        turn_grace: Duration::from_millis(200),
-        ..with_test_channel(&ch)
-    };
-    let (running, shutdown) = env.start(opts).await;
+    let (ch, running, shutdown) = env.start_with_turn_grace(Duration::from_millis(200)).await;
     let store = running.shared.store.clone();
     let key = ChatKey::new("test", "resume");
     running
@@ -156,12 +139,7 @@ async fn messages_that_came_after_an_unfinished_turn_join_its_next_run_after_its
         json!({"command": "echo ran >> ran.txt"}),
     ));
     llm.push(Reply::text("too late").with_delay(Duration::from_secs(60)));
-    let ch = Arc::new(TestChannel::default());
-    let opts = StartOptions {
-        turn_grace: Duration::ZERO,
-        ..with_test_channel(&ch)
-    };
-    let (running, shutdown) = env.start(opts).await;
+    let (_, running, shutdown) = env.start_with_turn_grace(Duration::ZERO).await;
     let key = ChatKey::new("test", "joined");
     let inbound = running.inbound();
     inbound
@@ -222,12 +200,7 @@ async fn sub_agents_results_are_kept_across_a_stop_and_one_cut_off_says_so() {
         "slow task",
         Reply::text("never").with_delay(Duration::from_secs(60)),
     );
-    let ch = Arc::new(TestChannel::default());
-    let opts = StartOptions {
-        turn_grace: Duration::from_secs(2),
-        ..with_test_channel(&ch)
-    };
-    let (running, shutdown) = env.start(opts).await;
+    let (ch, running, shutdown) = env.start_with_turn_grace(Duration::from_secs(2)).await;
     let store = running.shared.store.clone();
     let key = ChatKey::new("test", "helpers");
     running
@@ -288,12 +261,7 @@ async fn a_turn_of_joined_messages_goes_on_after_a_crash_too() {
         json!({"command": "echo ran >> ran.txt"}),
     ));
     llm.push(Reply::text("too late").with_delay(Duration::from_secs(60)));
-    let ch = Arc::new(TestChannel::default());
-    let opts = StartOptions {
-        turn_grace: Duration::ZERO,
-        ..with_test_channel(&ch)
-    };
-    let (running, shutdown) = env.start(opts).await;
+    let (_, running, shutdown) = env.start_with_turn_grace(Duration::ZERO).await;
     let store = running.shared.store.clone();
     let key = ChatKey::new("test", "crashed");
     // Two messages in one delivery: one turn.

@@ -60,8 +60,21 @@ impl Env {
 
     /// Start the gateway in this process with a fresh recording `test` channel.
     pub async fn start_with_test_channel(&self) -> (Arc<TestChannel>, Running, CancellationToken) {
+        self.start_with_turn_grace(switchboard::gateway::TURN_GRACE)
+            .await
+    }
+
+    /// [`Env::start_with_test_channel`], its turns given `grace` to finish at the stop.
+    pub async fn start_with_turn_grace(
+        &self,
+        grace: Duration,
+    ) -> (Arc<TestChannel>, Running, CancellationToken) {
         let ch = Arc::new(TestChannel::default());
-        let (running, shutdown) = self.start(with_test_channel(&ch)).await;
+        let opts = StartOptions {
+            turn_grace: grace,
+            ..with_test_channel(&ch)
+        };
+        let (running, shutdown) = self.start(opts).await;
         (ch, running, shutdown)
     }
 
@@ -153,6 +166,21 @@ impl Drop for GatewayProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A chat member's message (not the owner's).
+pub fn message(
+    id: &str,
+    key: &switchboard_channel::ChatKey,
+    text: &str,
+) -> switchboard_channel::InboundMessage {
+    let sender = switchboard_channel::Sender {
+        id: "u".into(),
+        username: None,
+        display_name: "U".into(),
+        is_owner: false,
+    };
+    switchboard_channel::InboundMessage::text(id, key.clone(), sender, text)
 }
 
 /// Options with the test channel registered and platform channels off.

@@ -28,7 +28,7 @@ pub use channel::{
 pub use key::{ChatKey, ParseKeyError};
 pub use message::{
     Attachment, AttachmentKind, InboundMessage, Origin, OutboundKind, OutboundMessage, Sender,
-    SystemOrigin, TokenUsage, command_name,
+    SystemOrigin, TokenUsage, command_name, human_size,
 };
 pub use redact::{redact, redact_owned};
 

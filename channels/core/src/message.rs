@@ -34,6 +34,19 @@ pub enum AttachmentKind {
     Document,
 }
 
+/// A file size as people read it (`2.0 MB`, `512.0 KB`, `10 bytes`), for the notes adapters
+/// add when a file is not downloaded.
+pub fn human_size(bytes: u64) -> String {
+    const MB: u64 = 1024 * 1024;
+    if bytes >= MB {
+        format!("{:.1} MB", bytes as f64 / MB as f64)
+    } else if bytes >= 1024 {
+        format!("{:.1} KB", bytes as f64 / 1024.0)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
 /// A file that came with a message or goes out with a reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachment {

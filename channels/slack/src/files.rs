@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use futures_util::StreamExt;
 use serde_json::Value;
-use switchboard_channel::{Attachment, AttachmentKind, InboundMessage};
+use switchboard_channel::{Attachment, AttachmentKind, InboundMessage, human_size};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
@@ -230,17 +230,6 @@ pub(crate) fn note(file: &FileRef, err: &FileError) -> String {
         String::new()
     };
     format!("[file {name}{size} not downloaded: {err}; {}]", file.url)
-}
-
-fn human_size(bytes: u64) -> String {
-    const MB: u64 = 1024 * 1024;
-    if bytes >= MB {
-        format!("{:.1} MB", bytes as f64 / MB as f64)
-    } else if bytes >= 1024 {
-        format!("{:.1} KB", bytes as f64 / 1024.0)
-    } else {
-        format!("{bytes} bytes")
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use futures_util::StreamExt;
-use switchboard_channel::{Attachment, AttachmentKind};
+use switchboard_channel::{Attachment, AttachmentKind, human_size};
 use teloxide::Bot;
 use teloxide::net::Download;
 use teloxide::prelude::Requester;
@@ -142,17 +142,6 @@ pub(crate) fn note(file: &FileRef, err: &MediaError) -> String {
         String::new()
     };
     format!("[{what}{name}{size} not downloaded: {err}]")
-}
-
-fn human_size(bytes: u64) -> String {
-    const MB: u64 = 1024 * 1024;
-    if bytes >= MB {
-        format!("{:.1} MB", bytes as f64 / MB as f64)
-    } else if bytes >= 1024 {
-        format!("{:.1} KB", bytes as f64 / 1024.0)
-    } else {
-        format!("{bytes} bytes")
-    }
 }
 
 #[cfg(test)]
