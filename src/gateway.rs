@@ -137,8 +137,8 @@ impl GatewaySink {
             if let Some(access) = self.config.access_for(&msg.key.channel) {
                 let store = self.bus.store().as_ref();
                 let decision = self.decide(&access, &msg).map_err(|e| err(&e))?;
-                msg.sender.is_owner = access::listed(&access, &msg)
-                    && !access.allow_from.iter().any(|a| a.trim() == "*");
+                msg.sender.is_owner =
+                    access::listed(&access, &msg) && access::names_an_owner(&access);
                 if decision != Decision::Allow {
                     self.metrics
                         .ignored

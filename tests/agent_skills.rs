@@ -305,6 +305,11 @@ async fn the_heartbeats_last_chat_is_the_owners_not_a_group_or_someone_elses() {
     assert_eq!(last_active(&h).as_deref(), Some("telegram:42"));
     turn(&agent, &h.store, from("-200", true, true)).await;
     assert_eq!(last_active(&h).as_deref(), Some("telegram:-200"));
+    // A stranger's DM on a channel that lists nobody: still not the owner's chat.
+    let mut elsewhere = from("5", false, false);
+    elsewhere.key = "discord:5".parse().unwrap();
+    turn(&agent, &h.store, elsewhere).await;
+    assert_eq!(last_active(&h).as_deref(), Some("telegram:-200"));
     // No owner listed (everyone paired): the last direct chat, never a group.
     let h = Harness::new().await;
     h_llm_default(&h);

@@ -446,7 +446,7 @@ async fn a_request_waiting_at_shutdown_is_told_and_the_stop_is_clean() {
     let llm = FakeLlm::start().await;
     llm.set_delay(Duration::from_secs(60));
     let env = Env::new(&llm.base_url(), "");
-    // Its turn may go on for this long after the stop begins (DESIGN's grace is 5 s).
+    // Its turn may go on for this long after the stop begins (the README's 5 s grace).
     let grace = Duration::from_millis(300);
     let opts = switchboard::StartOptions {
         turn_grace: grace,

@@ -105,7 +105,6 @@ pub fn clock_refresh(minutes_since_last: Option<i64>, now: &str) -> Option<Strin
     }
 }
 
-/// After compaction, say that older details are condensed.
 /// For a turn taken up again after the gateway stopped during it.
 pub fn resumed() -> Option<String> {
     Some(
@@ -116,6 +115,7 @@ pub fn resumed() -> Option<String> {
     )
 }
 
+/// After compaction, say that older details are condensed.
 pub fn compaction_recovery(compacted: bool) -> Option<String> {
     compacted.then(|| {
         "Older parts of this conversation were condensed into a summary to fit. If a needed detail is \

@@ -291,13 +291,14 @@ impl Agent {
 
     /// Whether `last` makes its chat the heartbeat's `last` one: a chat the heartbeat can
     /// reach, and the owner's, as `HEARTBEAT.md` is theirs (not for a group or someone
-    /// else's DM); where no owner is listed, the last direct chat.
+    /// else's DM); where no channel lists an owner, the last direct chat.
     fn heartbeat_may_go_to(&self, last: &InboundMessage) -> bool {
         let no_owner = || {
-            !self
-                .config
-                .access_for(&last.key.channel)
-                .is_some_and(|a| crate::access::names_an_owner(&a))
+            !["telegram", "discord", "slack"].iter().any(|c| {
+                self.config
+                    .access_for(c)
+                    .is_some_and(|a| crate::access::names_an_owner(&a))
+            })
         };
         last.origin == Origin::User
             && !crate::channels::answers_only(&last.key)

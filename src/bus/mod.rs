@@ -323,9 +323,12 @@ impl Bus {
                 continue;
             }
             if switchboard_channel::command_name(&msg.text).as_deref() == Some("stop") {
-                // Its chat's messages just before it in this delivery (a backlog after an
-                // outage, one poll) are what it stops: they never run.
-                let (stopped, kept) = fresh.into_iter().partition(|(_, m)| m.key == msg.key);
+                // Its sender's messages in its chat just before it in this delivery (a
+                // backlog after an outage, one poll) are what it stops: they never run.
+                // Another member's question in the same group still does.
+                let (stopped, kept) = fresh
+                    .into_iter()
+                    .partition(|(_, m)| m.key == msg.key && m.sender.id == msg.sender.id);
                 fresh = kept;
                 results[i] = self.stop(msg, stopped, &mut results).await?;
                 continue;

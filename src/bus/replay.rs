@@ -1,9 +1,11 @@
 //! Start-up: replies recorded before the last stop are delivered and unfinished messages
 //! queued again, in their original order. After a crash, the message each chat was on (its
-//! oldest: the others had not started) counts a start when its turn begins again, so that
-//! one the gateway keeps dying on is given up after [`MAX_RESUMES`] starts. A message that
-//! only waited (behind the concurrency cap, or while the gateway kept dying on another
-//! chat's) is never counted.
+//! oldest) counts a start when its turn begins again, so that one the gateway keeps dying on
+//! is given up after [`MAX_RESUMES`] starts. The chat's messages behind it join that turn
+//! as before the crash (so it goes on from its saved steps) but are not counted: should one
+//! of them be what kills the gateway, the first is given up in its place, and the rest run
+//! without it. A message that only waited (behind the concurrency cap, or while the gateway
+//! kept dying on another chat's) is never counted.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -203,7 +203,8 @@ impl OutboundMessage {
     }
 
     /// Identifies a reply across the outbox's retries: a hash of its key, text, `reply_to`
-    /// and `in_reply_to_inbound`. Only for in-memory use: it is not stable across builds.
+    /// and `in_reply_to_inbound`. The same build gives the same value, across restarts too
+    /// (Discord's nonces use it); another build may not, so it is never stored.
     pub fn fingerprint(&self) -> u64 {
         let mut h = DefaultHasher::new();
         (

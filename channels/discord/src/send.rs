@@ -71,13 +71,15 @@ impl DeliveredChunks {
 /// `nonce` (≤ 25 characters) names the chunk: Discord answers a repeat of it (a retry after
 /// an answer lost on the way back, or the outbox's after a restart) with the message it
 /// created then, instead of posting it twice.
-pub(crate) fn chunk_body(content: &str, reply_to: Option<&str>, nonce: &str) -> Value {
+pub(crate) fn chunk_body(content: &str, reply_to: Option<&str>, nonce: Option<&str>) -> Value {
     let mut body = json!({
         "content": content,
         "allowed_mentions": {"parse": ["users"], "replied_user": true},
-        "nonce": nonce,
-        "enforce_nonce": true,
     });
+    if let Some(n) = nonce {
+        body["nonce"] = json!(n);
+        body["enforce_nonce"] = json!(true);
+    }
     if let Some(id) = reply_to {
         body["message_reference"] = json!({"message_id": id, "fail_if_not_exists": false});
     }
@@ -136,8 +138,15 @@ pub(crate) async fn send(
         } else {
             None
         };
-        let nonce = format!("{fp:016x}-{i}");
-        match post_chunk(rest, cfg, channel_id, &chunk_body(chunk, reply_to, &nonce)).await {
+        // Only an answer is told apart from every other reply by its fingerprint (it names
+        // the message it answers): the same reminder text sent again minutes later is a
+        // new post, not a repeat for Discord to swallow.
+        let nonce = msg
+            .in_reply_to_inbound
+            .as_ref()
+            .map(|_| format!("{fp:016x}-{i}"));
+        let body = chunk_body(chunk, reply_to, nonce.as_deref());
+        match post_chunk(rest, cfg, channel_id, &body).await {
             Ok(id) => ids.push(id),
             Err(e) => {
                 if !ids.is_empty() {
@@ -159,12 +168,12 @@ mod tests {
 
     #[test]
     fn body_never_pings_everyone_or_roles() {
-        let b = chunk_body("@everyone hi", Some("42"), "n");
+        let b = chunk_body("@everyone hi", Some("42"), Some("n"));
         assert_eq!(b["allowed_mentions"]["parse"], json!(["users"]));
         assert_eq!(b["message_reference"]["message_id"], "42");
         assert_eq!(b["message_reference"]["fail_if_not_exists"], false);
         assert!(
-            chunk_body("x", None, "n")
+            chunk_body("x", None, None)
                 .get("message_reference")
                 .is_none()
         );

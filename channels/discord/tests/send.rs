@@ -150,7 +150,8 @@ async fn a_post_whose_answer_was_lost_is_not_posted_again() {
     let (fake, ch) = setup().await;
     // Discord created the message, but its answer was lost (a 502 from the edge).
     fake.inject_faults([Fault::LostAnswer]);
-    let msg = OutboundMessage::new(key(), "your answer is 42");
+    let mut msg = OutboundMessage::new(key(), "your answer is 42");
+    msg.in_reply_to_inbound = Some("discord:msg:7".into());
     let receipt = ch.send(&msg).await.expect("sent");
     let posts = fake.posts();
     assert_eq!(posts.len(), 1, "posted once: {posts:?}");
@@ -163,11 +164,18 @@ async fn a_post_whose_answer_was_lost_is_not_posted_again() {
     let receipt = again.send(&msg).await.expect("sent");
     assert_eq!(fake.posts().len(), 1);
     assert_eq!(receipt.message_ids, vec![posts[0].message_id.to_string()]);
-    // Another reply gets its own nonce.
-    ch.send(&OutboundMessage::new(key(), "and 43"))
-        .await
-        .expect("sent");
+    // Another answer gets its own nonce; a message that answers nothing (a reminder sent
+    // as set) has none, so the same text minutes later is posted again.
+    let mut other = OutboundMessage::new(key(), "and 43");
+    other.in_reply_to_inbound = Some("discord:msg:8".into());
+    ch.send(&other).await.expect("sent");
     assert_eq!(fake.posts().len(), 2);
+    let reminder = OutboundMessage::new(key(), "drink water");
+    ch.send(&reminder).await.expect("sent");
+    ch.send(&reminder).await.expect("sent");
+    let posts = fake.posts();
+    assert_eq!(posts.len(), 4);
+    assert!(posts[3].body.get("nonce").is_none(), "{:?}", posts[3].body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

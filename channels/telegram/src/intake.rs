@@ -160,7 +160,14 @@ impl Intake<'_> {
                         if id < offset {
                             continue;
                         }
-                        batch.extend(self.prepare(update, me).await);
+                        // A stop during a download (up to 2 minutes) does not wait for it:
+                        // this update is neither published nor confirmed, and comes again.
+                        let prepared = tokio::select! {
+                            biased;
+                            _ = self.shutdown.cancelled() => break,
+                            m = self.prepare(update, me) => m,
+                        };
+                        batch.extend(prepared);
                         last = Some(id);
                         if self.shutdown.is_cancelled() {
                             break;
