@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use switchboard_channel::{ChannelError, InboundMessage, InboundSender};
 use teloxide::Bot;
 use teloxide::payloads::GetUpdatesSetters;
@@ -21,6 +22,8 @@ use crate::mapping::{BotIdentity, map_update};
 use crate::media;
 
 const CHANNEL: &str = "telegram";
+/// Files of one poll fetched at once (an album, a backlog after an outage).
+const PARALLEL_DOWNLOADS: usize = 4;
 
 /// The bot commands registered with `setMyCommands`.
 const COMMANDS: [(&str, &str); 5] = [
@@ -153,27 +156,25 @@ impl Intake<'_> {
                         connected = true;
                     }
                     // One durable write for the whole poll, then one confirmation.
-                    let mut batch = Vec::new();
-                    let mut last = None;
-                    for update in updates {
-                        let id = i64::from(update.id.0);
-                        if id < offset {
-                            continue;
-                        }
-                        // A stop during a download (up to 2 minutes) does not wait for it:
-                        // this update is neither published nor confirmed, and comes again.
-                        let prepared = tokio::select! {
-                            biased;
-                            _ = self.shutdown.cancelled() => break,
-                            m = self.prepare(update, me) => m,
-                        };
-                        batch.extend(prepared);
-                        last = Some(id);
-                        if self.shutdown.is_cancelled() {
-                            break;
-                        }
-                    }
-                    let Some(last) = last else { continue };
+                    let fresh: Vec<Update> = updates
+                        .into_iter()
+                        .filter(|u| i64::from(u.id.0) >= offset)
+                        .collect();
+                    let Some(last) = fresh.last().map(|u| i64::from(u.id.0)) else {
+                        continue;
+                    };
+                    // The poll's files come down a few at a time, its messages kept in order.
+                    let prepared = futures_util::stream::iter(fresh)
+                        .map(|update| self.prepare(update, me))
+                        .buffered(PARALLEL_DOWNLOADS)
+                        .collect::<Vec<_>>();
+                    // A stop during a download (up to 2 minutes) does not wait for it: the
+                    // poll is neither published nor confirmed, and comes again.
+                    let batch: Vec<InboundMessage> = tokio::select! {
+                        biased;
+                        _ = self.shutdown.cancelled() => break,
+                        p = prepared => p.into_iter().flatten().collect(),
+                    };
                     let published = if batch.is_empty() {
                         Ok(())
                     } else {

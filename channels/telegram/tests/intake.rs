@@ -162,6 +162,75 @@ async fn a_file_on_a_slow_link_is_downloaded_whole() {
 }
 
 #[tokio::test]
+async fn a_stop_during_a_download_leaves_the_update_unconfirmed_for_the_next_start() {
+    let mut h = Harness::start().await;
+    h.fake.set_file_rate(10_000);
+    let file = h.fake.add_file("big.pdf", vec![5u8; 200_000]);
+    let uid = h.fake.push_update(h.fake.document(
+        5001,
+        &ann(),
+        &file,
+        "big.pdf",
+        "application/pdf",
+        Some("read this"),
+    ));
+    h.fake
+        .wait_for_requests("getFile", 1, WAIT)
+        .await
+        .expect("the download began");
+    // 20 s to come down; the stop does not wait for it.
+    let started = tokio::time::Instant::now();
+    h.stop().await.expect("stopped");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(h.sink.published().is_empty());
+    assert_eq!(
+        h.fake.pending_updates(),
+        [uid],
+        "redelivered at the next start"
+    );
+}
+
+#[tokio::test]
+async fn the_files_of_one_poll_come_down_together_and_keep_their_order() {
+    let bytes = |b: u8| vec![b; 50_000];
+    let h = Harness::start_with(
+        |fake| {
+            // 5 s each on this link; both in the first poll.
+            fake.set_file_rate(10_000);
+            for (name, b) in [("a.pdf", 1u8), ("b.pdf", 2)] {
+                let file = fake.add_file(name, bytes(b));
+                let doc = fake.document(5001, &ann(), &file, name, "application/pdf", Some(name));
+                fake.push_update(doc);
+            }
+        },
+        |_| {},
+    )
+    .await;
+    // The second file is asked for while the first is still coming down.
+    h.fake
+        .wait_for_requests("getFile", 2, Duration::from_secs(3))
+        .await
+        .expect("both downloads began");
+    let p = h
+        .sink
+        .wait_up_to(Duration::from_secs(60), |r| {
+            let p = r.published();
+            (p.len() == 2).then_some(p)
+        })
+        .await
+        .expect("published");
+    assert_eq!([p[0].text.as_str(), p[1].text.as_str()], ["a.pdf", "b.pdf"]);
+    for (m, b) in p.iter().zip([1u8, 2]) {
+        let path = &m.attachments[0].location;
+        assert_eq!(std::fs::read(path).expect("downloaded"), bytes(b));
+    }
+}
+
+#[tokio::test]
 async fn oversized_file_is_not_downloaded_and_noted() {
     let h = Harness::start_with(|_| {}, |c| c.max_file_bytes = 100).await;
     let file = h.fake.add_file("big.pdf", vec![0u8; 1000]);
