@@ -393,8 +393,8 @@ impl Bus {
     }
 
     /// `/stop`: cancel the key's running turn; it never queues behind that turn. `earlier`
-    /// (the chat's messages that came with it, before it) are dropped, marked seen so a
-    /// redelivery does not run them either; `results` gets their outcome.
+    /// (its sender's messages in the chat that came with it, before it) are dropped, marked
+    /// seen so a redelivery does not run them either; `results` gets their outcome.
     async fn stop(
         self: &Arc<Self>,
         msg: InboundMessage,
