@@ -48,8 +48,9 @@ use web::{BotIdentity, WebApi};
 /// The channel name, first part of every key this adapter makes.
 pub const NAME: &str = "slack";
 
-/// Longest wait for `users.info` on a user seen for the first time (Slack wants its ack
-/// within 3 s).
+/// Longest wait, all together, for the lookups an event may need before it is published
+/// (`users.info` for a user seen for the first time, `conversations.replies` for a thread
+/// whose root is unknown): Slack wants its ack within 3 s.
 const USER_LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
 /// Why an event could not be taken in; Slack must not be acknowledged.
@@ -122,8 +123,9 @@ impl Shared {
         let (Some(inbound), Some(me)) = (self.inbound(), self.identity()) else {
             return Err(IntakeError::NotRunning);
         };
+        let lookups_until = started + USER_LOOKUP_WAIT;
         if let Some(thread) = inbound::thread_to_look_up(callback, &me) {
-            self.learn_thread(&me, thread).await;
+            self.learn_thread(&me, thread, lookups_until).await;
         }
         let decision = {
             let mem = self.memory();
@@ -138,7 +140,7 @@ impl Shared {
             }
             Intake::Publish(c) => c,
         };
-        self.name_sender(&mut c.msg.sender).await;
+        self.name_sender(&mut c.msg.sender, lookups_until).await;
         // Files of a message the gateway will not pass on (a stranger, a channel message
         // not for the bot) are not fetched: up to the size limit each, for nothing.
         if !c.files.is_empty() && inbound.admits(&c.msg) {
@@ -174,14 +176,20 @@ impl Shared {
     /// Whose thread is it? Socket Mode events lose `parent_user_id` (slack-morphism's typed
     /// event has no such field), so a reply under a post the bot made before a restart
     /// would look like chatter. Ask `conversations.replies` for the root, once per thread:
-    /// the answer, either way, is kept in `threads`. Bounded like the user lookup; a lookup
-    /// that fails or runs late counts as someone else's thread and is tried again next time.
-    async fn learn_thread(&self, me: &BotIdentity, thread: (String, String)) {
+    /// the answer, either way, is kept in `threads`. It and the user lookup end by `until`
+    /// together; a lookup that fails or runs late counts as someone else's thread and is
+    /// tried again next time.
+    async fn learn_thread(
+        &self,
+        me: &BotIdentity,
+        thread: (String, String),
+        until: tokio::time::Instant,
+    ) {
         if self.memory().threads.contains(&thread) {
             return;
         }
         let (channel, root) = &thread;
-        let found = tokio::time::timeout(USER_LOOKUP_WAIT, self.web.thread_root(channel, root));
+        let found = tokio::time::timeout_at(until, self.web.thread_root(channel, root));
         let mine = match found.await {
             Ok(Ok(root)) => {
                 root.user.as_deref() == Some(me.user_id.as_str())
@@ -205,10 +213,14 @@ impl Shared {
     }
 
     /// Fill the sender's names from the `users.info` cache. A user not cached yet is looked
-    /// up first, since `allow_from` may name them by username — but for at most
-    /// [`USER_LOOKUP_WAIT`], so intake (and Slack's ack) never hangs on it: a lookup that
+    /// up first, since `allow_from` may name them by username — but only `until` (see
+    /// [`USER_LOOKUP_WAIT`]), so intake (and Slack's ack) never hangs on it: a lookup that
     /// fails or runs late leaves the id, and a late answer still fills the cache.
-    async fn name_sender(self: &Arc<Self>, sender: &mut switchboard_channel::Sender) {
+    async fn name_sender(
+        self: &Arc<Self>,
+        sender: &mut switchboard_channel::Sender,
+        until: tokio::time::Instant,
+    ) {
         let lookup = {
             let mut mem = self.memory();
             if mem.users.contains(&sender.id) {
@@ -223,7 +235,7 @@ impl Shared {
         };
         if let Some(mut done) = lookup {
             // Resolves when the lookup task drops its sender, after it filled the cache.
-            if tokio::time::timeout(USER_LOOKUP_WAIT, done.changed())
+            if tokio::time::timeout_at(until, done.changed())
                 .await
                 .is_err()
             {

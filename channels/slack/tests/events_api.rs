@@ -265,3 +265,30 @@ async fn events_at_200_per_second_are_each_answered_and_published_once() {
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_lookups_together_do_not_hold_the_answer_past_slacks_3_s() {
+    let fake = FakeSlack::start().await;
+    fake.add_user("U5", "alice");
+    // A thread nobody here knows the root of, from a user seen for the first time: both
+    // lookups hang.
+    fake.inject("users.info", Fault::Delay(Duration::from_secs(30)));
+    fake.inject(
+        "conversations.replies",
+        Fault::Delay(Duration::from_secs(30)),
+    );
+    let run = running(&fake).await;
+    let reply = events::thread_reply("C7", "U5", "and Q3?", "9.1", "9.0");
+    let body = events::event_callback_body("Ev9", reply);
+    let t0 = Instant::now();
+    let status = deliver(&run.channel, &body).await;
+    let took = t0.elapsed();
+    assert_eq!(status, 200);
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    // Published in time, as far as the lookups got: the user's id for a name.
+    let got = run.sink.published();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].sender.display_name, "U5");
+    assert_eq!(fake.call_count("conversations.replies"), 1);
+    run.stop().await.unwrap();
+}
