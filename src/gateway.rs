@@ -7,22 +7,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use switchboard_channel::{
-    Channel, ChatKey, InboundMessage, InboundSender, InboundSink, Origin, OutboundMessage,
-    PublishError, Published,
-};
+use switchboard_channel::{Channel, ChatKey, InboundMessage, InboundSender, OutboundMessage};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::access::{self, Decision};
 use crate::agent::Agent;
 use crate::bus::{Bus, ChannelRegistry};
 use crate::config::{Config, Loaded};
 use crate::http::api::ApiChannel;
 use crate::llm::LlmProvider;
 use crate::metrics::Metrics;
-use crate::pairing;
 use crate::store::{SledStore, Store, StoreError};
+
+mod sink;
+pub use sink::GatewaySink;
 
 /// How long shutdown waits for running work before giving up on it (it stays in the inbox).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(8);
@@ -103,176 +101,6 @@ impl Shared {
         msg.metadata
             .insert("join".into(), serde_json::Value::Bool(false));
         self.cli.ask(&self.bus, msg, timeout).await.map(|r| r.text)
-    }
-}
-
-/// The gateway side of intake: access policy and pairing, then the bus.
-pub struct GatewaySink {
-    config: Arc<Config>,
-    bus: Arc<Bus>,
-    health: Arc<Health>,
-    metrics: Arc<Metrics>,
-}
-
-impl GatewaySink {
-    async fn publish_inner(&self, msg: InboundMessage) -> Result<Published, PublishError> {
-        match self.admit(msg).await? {
-            Ok(msg) => self
-                .bus
-                .publish(msg)
-                .await
-                .map_err(|e| PublishError(e.to_string())),
-            Err(dropped) => Ok(dropped),
-        }
-    }
-
-    /// Access control before the bus: the message back when it may go in, or what became
-    /// of it (ignored; an unknown sender was sent a pairing code).
-    async fn admit(
-        &self,
-        mut msg: InboundMessage,
-    ) -> Result<Result<InboundMessage, Published>, PublishError> {
-        let err = |e: &dyn std::fmt::Display| PublishError(e.to_string());
-        if msg.origin == Origin::User {
-            if let Some(access) = self.config.access_for(&msg.key.channel) {
-                let store = self.bus.store().as_ref();
-                let decision = self.decide(&access, &msg).map_err(|e| err(&e))?;
-                msg.sender.is_owner =
-                    access::listed(&access, &msg) && access::names_an_owner(&access);
-                if decision != Decision::Allow {
-                    self.metrics
-                        .ignored
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.discard_attachments(&msg);
-                }
-                match decision {
-                    Decision::Allow => {}
-                    Decision::Ignore => return Ok(Err(Published::Ignored)),
-                    Decision::Pair => {
-                        let (code, new) = pairing::code_for(store, &msg.key.channel, &msg.sender)
-                            .await
-                            .map_err(|e| err(&e))?;
-                        if !new {
-                            // Told once already (this may be a redelivery of that message).
-                            return Ok(Err(Published::Ignored));
-                        }
-                        tracing::info!(channel = %msg.key.channel, sender = %msg.sender.id, "unknown sender: pairing code issued");
-                        let text = format!(
-                            "Hi! I don't know you yet. Your pairing code is {code}.\n\
-                             Ask the owner to run: switchboard pairing approve {} {code}\n\
-                             (the code is valid for one hour)",
-                            msg.key.channel
-                        );
-                        let mut reply = OutboundMessage::new(msg.key.clone(), text);
-                        reply.in_reply_to_inbound = Some(msg.id.clone());
-                        self.bus
-                            .send_direct_in_background(vec![reply])
-                            .await
-                            .map_err(|e| err(&e))?;
-                        return Ok(Err(Published::Ignored));
-                    }
-                }
-            }
-        }
-        Ok(Ok(msg))
-    }
-}
-
-impl GatewaySink {
-    /// What `access` says of a user message, with the pairings approved so far.
-    fn decide(
-        &self,
-        access: &crate::config::Access,
-        msg: &InboundMessage,
-    ) -> Result<Decision, crate::store::StoreError> {
-        let approved =
-            pairing::is_approved(self.bus.store().as_ref(), &msg.key.channel, &msg.sender.id)?;
-        let decision = access::decide(access, msg, approved);
-        // A bare `/stop` in a group that only mentions reach is for the turn the bot is
-        // running there: people do not type `/stop@bot` to stop the answer they are reading.
-        let stops_our_turn = || {
-            switchboard_channel::command_name(&msg.text).as_deref() == Some("stop")
-                && self.bus.is_running(&msg.key)
-        };
-        if decision == Decision::Ignore && msg.is_group && !msg.mentions_bot && stops_our_turn() {
-            let mut addressed = msg.clone();
-            addressed.mentions_bot = true;
-            return Ok(access::decide(access, &addressed, approved));
-        }
-        Ok(decision)
-    }
-
-    /// Delete the files an adapter downloaded for a message that is not let in (a stranger's,
-    /// or a group message not addressed to the bot): they would pile up in the workspace,
-    /// where the agent could read them. Only files in the workspace's `inbox/` are touched.
-    fn discard_attachments(&self, msg: &InboundMessage) {
-        let inbox = self.config.gateway.workspace.join("inbox");
-        for a in &msg.attachments {
-            let path = std::path::Path::new(&a.location);
-            if path.starts_with(&inbox) && !a.location.contains("..") {
-                if let Err(e) = std::fs::remove_file(path) {
-                    tracing::debug!(path = %a.location, "could not delete a refused attachment: {e}");
-                }
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl InboundSink for GatewaySink {
-    async fn publish(&self, msg: InboundMessage) -> Result<Published, PublishError> {
-        self.publish_inner(msg).await
-    }
-
-    async fn publish_many(
-        &self,
-        msgs: Vec<InboundMessage>,
-    ) -> Result<Vec<Published>, PublishError> {
-        let mut results = Vec::with_capacity(msgs.len());
-        let mut admitted = Vec::new();
-        let mut slots = Vec::new();
-        for msg in msgs {
-            match self.admit(msg).await? {
-                Ok(msg) => {
-                    slots.push(results.len());
-                    results.push(Published::Accepted);
-                    admitted.push(msg);
-                }
-                Err(dropped) => results.push(dropped),
-            }
-        }
-        if !admitted.is_empty() {
-            let published = self
-                .bus
-                .publish_many(admitted)
-                .await
-                .map_err(|e| PublishError(e.to_string()))?;
-            for (slot, p) in slots.into_iter().zip(published) {
-                results[slot] = p;
-            }
-        }
-        Ok(results)
-    }
-
-    fn admits(&self, msg: &InboundMessage) -> bool {
-        if msg.origin != Origin::User {
-            return true;
-        }
-        let Some(access) = self.config.access_for(&msg.key.channel) else {
-            return true;
-        };
-        // A store that cannot answer: fetch anyway, `publish` decides.
-        self.decide(&access, msg)
-            .map_or(true, |d| d == Decision::Allow)
-    }
-
-    fn set_connected(&self, channel: &str, connected: bool, detail: &str) {
-        if connected {
-            tracing::info!(channel, "connected");
-        } else {
-            tracing::warn!(channel, "disconnected: {detail}");
-        }
-        self.health.set(channel, connected, detail);
     }
 }
 

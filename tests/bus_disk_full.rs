@@ -6,10 +6,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use async_trait::async_trait;
+use common::message_alone;
 use switchboard::bus::{Bus, Interrupted, TurnHandler, TurnInput, TurnOutput};
 use switchboard::store::{Applied, Batch, Entries, SledStore, Store, StoreError, Tree};
-use switchboard_channel::{ChatKey, InboundMessage, OutboundMessage, Published, Sender};
+use switchboard_channel::{ChatKey, OutboundMessage, Published};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -92,19 +95,6 @@ impl TurnHandler for Answers {
     }
 }
 
-fn message(id: &str, key: &ChatKey, text: &str) -> InboundMessage {
-    let sender = Sender {
-        id: "u".into(),
-        username: None,
-        display_name: "U".into(),
-        is_owner: false,
-    };
-    let mut m = InboundMessage::text(id, key.clone(), sender, text);
-    m.metadata
-        .insert("join".into(), serde_json::Value::Bool(false));
-    m
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_the_disk_refused_is_recorded_once_it_takes_writes_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,8 +122,8 @@ async fn a_reply_the_disk_refused_is_recorded_once_it_takes_writes_again() {
     // In one write: the disk fills up only once the first turn runs.
     let published = bus
         .publish_many(vec![
-            message("m1", &key, "first"),
-            message("m2", &key, "second"),
+            message_alone("m1", &key, "first"),
+            message_alone("m2", &key, "second"),
         ])
         .await
         .unwrap();

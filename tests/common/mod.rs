@@ -4,6 +4,7 @@
 
 mod channel;
 pub mod platform;
+pub mod telegram;
 
 pub use channel::TestChannel;
 
@@ -181,6 +182,18 @@ pub fn message(
         is_owner: false,
     };
     switchboard_channel::InboundMessage::text(id, key.clone(), sender, text)
+}
+
+/// A chat member's message that is never joined with others into one turn.
+pub fn message_alone(
+    id: &str,
+    key: &switchboard_channel::ChatKey,
+    text: &str,
+) -> switchboard_channel::InboundMessage {
+    let mut m = message(id, key, text);
+    m.metadata
+        .insert("join".into(), serde_json::Value::Bool(false));
+    m
 }
 
 /// Options with the test channel registered and platform channels off.

@@ -104,8 +104,8 @@ async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
     s
 }
 
-/// The shell's process group, ended when this is dropped: on the command's timeout or
-/// `/stop`, and when the call itself is dropped (a turn cancelled mid-call). `kill_on_drop`
+/// The shell's process group, ended when this is dropped: on the command's timeout, and
+/// when the call itself is dropped (a turn cancelled mid-call by `/stop` or shutdown). `kill_on_drop`
 /// alone would end only `sh`, not what it started.
 struct GroupKill(Option<i32>);
 
@@ -202,13 +202,13 @@ impl Tool for Exec {
             );
             (o, e, status)
         };
-        let result = tokio::select! {
-            r = run => Ok(r),
-            _ = tokio::time::sleep(Duration::from_secs(secs)) => Err(format!("command timed out after {secs}s (killed)")),
-            _ = ctx.cancel.cancelled() => Err("command stopped with its turn (killed)".to_string()),
-        };
-        // On error `group` ends the whole process group as it goes out of scope.
-        let (stdout, stderr, status) = result.map_err(ToolError::Failed)?;
+        // A turn cancelled meanwhile (`/stop`, shutdown) drops this call: `group` ends the
+        // command then, as it does here on the timeout.
+        let (stdout, stderr, status) = tokio::time::timeout(Duration::from_secs(secs), run)
+            .await
+            .map_err(|_| {
+            ToolError::Failed(format!("command timed out after {secs}s (killed)"))
+        })?;
         // The shell is done: what it left running in the background stays.
         group.0 = None;
         let code = status

@@ -1,0 +1,261 @@
+//! The bus alone at start-up, on a store a previous run left: the replay of unfinished
+//! messages against new ones, and which resumed messages a crash is counted against.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+mod common;
+
+use async_trait::async_trait;
+use common::{message, message_alone};
+use switchboard::bus::{Bus, Interrupted, TurnHandler, TurnInput, TurnOutput};
+use switchboard::store::{SledStore, Store, Tree};
+use switchboard_channel::{ChatKey, InboundMessage, Published};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Put `msg` in the inbox, as a run that stopped before its turn ended leaves it.
+fn leave_in_inbox(store: &dyn Store, msg: &InboundMessage) {
+    store
+        .put(
+            Tree::Inbox,
+            &store.next_id().unwrap().to_be_bytes(),
+            &serde_json::to_vec(msg).unwrap(),
+        )
+        .unwrap();
+}
+
+/// A bus alone (no gateway) on `store`, running at most `turns` turns at once.
+fn bus_on(
+    store: &Arc<dyn Store>,
+    turns: usize,
+    handler: Arc<dyn TurnHandler>,
+) -> (Arc<Bus>, CancellationToken, TaskTracker) {
+    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+    let bus = Bus::new(
+        store.clone(),
+        Default::default(),
+        turns,
+        Default::default(),
+        shutdown.clone(),
+        tracker.clone(),
+    );
+    bus.set_handler(handler);
+    (bus, shutdown, tracker)
+}
+
+/// Stop a bus from [`bus_on`] (without noting a clean stop, as a crash would).
+async fn stop_bus(shutdown: CancellationToken, tracker: TaskTracker) {
+    shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
+
+/// Records each turn: its messages' texts and `resumes` counts.
+#[derive(Default)]
+struct Turns {
+    turns: Mutex<Vec<Vec<(String, u64)>>>,
+    turned: tokio::sync::Notify,
+}
+
+impl Turns {
+    async fn wait_for(&self, n: usize) -> Vec<Vec<(String, u64)>> {
+        loop {
+            let turned = self.turned.notified();
+            let turns = self.turns.lock().unwrap().clone();
+            if turns.len() >= n {
+                return turns;
+            }
+            tokio::time::timeout(WAIT, turned)
+                .await
+                .expect("the turns ran");
+        }
+    }
+}
+
+#[async_trait]
+impl TurnHandler for Turns {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        let seen = turn
+            .messages
+            .iter()
+            .map(|m| {
+                let resumes = m.metadata.get("resumes").and_then(|v| v.as_u64());
+                (m.text.clone(), resumes.unwrap_or(0))
+            })
+            .collect();
+        self.turns.lock().unwrap().push(seen);
+        self.turned.notify_waiters();
+        Ok(TurnOutput::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_messages_wait_for_the_replay_of_unfinished_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let key = ChatKey::new("test", "kitchen");
+    leave_in_inbox(&*store, &message_alone("old-1", &key, "left unfinished"));
+    let turns = Arc::new(Turns::default());
+    let (bus, shutdown, tracker) = bus_on(&store, 4, turns.clone());
+    // As the gateway starts: intake held, then channels (a new message), then the replay.
+    bus.hold_intake_until_replayed();
+    let mut new = tokio::spawn({
+        let (bus, key) = (bus.clone(), key.clone());
+        async move {
+            bus.publish(message_alone("new-1", &key, "just arrived"))
+                .await
+        }
+    });
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut new).await;
+    assert!(early.is_err(), "taken before the replay: {early:?}");
+    assert_eq!(bus.replay().await.unwrap(), 1);
+    assert_eq!(new.await.unwrap().unwrap(), Published::Accepted);
+    let texts: Vec<String> = turns
+        .wait_for(2)
+        .await
+        .concat()
+        .into_iter()
+        .map(|(text, _)| text)
+        .collect();
+    assert_eq!(texts, ["left unfinished", "just arrived"]);
+    stop_bus(shutdown, tracker).await;
+}
+
+/// Never finishes a turn of chat `p` (as if the gateway died in it: it ends only with the
+/// run); records the texts of the others.
+#[derive(Default)]
+struct DiesOnP {
+    p_starts: std::sync::atomic::AtomicUsize,
+    texts: Mutex<Vec<String>>,
+    changed: tokio::sync::Notify,
+}
+
+impl DiesOnP {
+    async fn wait(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let changed = self.changed.notified();
+            if done(self) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                panic!("timed out waiting for {what}");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl TurnHandler for DiesOnP {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        if turn.key.chat_id == "p" {
+            self.p_starts
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.changed.notify_waiters();
+            turn.cancel.cancelled().await;
+            return Err(Interrupted);
+        }
+        let mut texts = self.texts.lock().unwrap();
+        texts.extend(turn.messages.iter().map(|m| m.text.clone()));
+        self.changed.notify_waiters();
+        Ok(TurnOutput::default())
+    }
+}
+
+#[tokio::test]
+async fn a_message_that_only_waited_through_crashes_is_never_given_up() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use switchboard::bus::MAX_RESUMES;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let handler = Arc::new(DiesOnP::default());
+    let (p, w) = (ChatKey::new("test", "p"), ChatKey::new("test", "w"));
+    // One turn at a time: while the gateway is in p's (and dies in it), w's message waits.
+    let runs = MAX_RESUMES as usize + 2;
+    for run in 0..runs {
+        let (bus, shutdown, tracker) = bus_on(&store, 1, handler.clone());
+        bus.replay().await.unwrap();
+        if run == 0 {
+            bus.publish(message_alone("p-1", &p, "crash me"))
+                .await
+                .unwrap();
+            bus.publish(message_alone("w-1", &w, "just waiting"))
+                .await
+                .unwrap();
+        }
+        if run + 1 < runs {
+            handler
+                .wait("p's turn to start", |h| h.p_starts.load(SeqCst) == run + 1)
+                .await;
+            assert!(
+                handler.texts.lock().unwrap().is_empty(),
+                "w ran in run {run}"
+            );
+        } else {
+            // Started at every start after a crash until given up; then w, at last.
+            handler
+                .wait("w's turn", |h| !h.texts.lock().unwrap().is_empty())
+                .await;
+            assert_eq!(handler.p_starts.load(SeqCst), MAX_RESUMES as usize + 1);
+            assert_eq!(*handler.texts.lock().unwrap(), ["just waiting"]);
+        }
+        // The gateway dies: no clean stop is noted.
+        stop_bus(shutdown, tracker).await;
+    }
+    // p's sender was told (the reply waits for a `test` channel), and nothing is left.
+    let told = store.scan(Tree::Outbox, &[]).unwrap();
+    assert_eq!(told.len(), 1);
+    assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
+    assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn after_a_crash_the_message_that_was_running_is_counted_and_the_waiting_ones_join_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    // A crash left three messages of one chat (no clean stop noted): the first was running.
+    let key = ChatKey::new("test", "busy");
+    for (i, text) in ["was running", "waited", "waited too"].iter().enumerate() {
+        leave_in_inbox(&*store, &message(&format!("b-{i}"), &key, text));
+    }
+    let turns = Arc::new(Turns::default());
+    let (bus, shutdown, tracker) = bus_on(&store, 4, turns.clone());
+    assert_eq!(bus.replay().await.unwrap(), 3);
+    // One turn, as joined before the crash (so it can go on from its saved steps): only the
+    // message that was running counts the start.
+    assert_eq!(
+        turns.wait_for(1).await,
+        [vec![
+            ("was running".to_string(), 1),
+            ("waited".to_string(), 0),
+            ("waited too".to_string(), 0)
+        ]]
+    );
+    stop_bus(shutdown, tracker).await;
+}
+
+#[tokio::test]
+async fn a_given_up_message_leaves_the_ones_joined_behind_it_to_run() {
+    use switchboard::bus::MAX_RESUMES;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let key = ChatKey::new("test", "poisoned");
+    let mut poison = message("g-0", &key, "crash me");
+    poison
+        .metadata
+        .insert("resumes".into(), serde_json::json!(MAX_RESUMES));
+    leave_in_inbox(&*store, &poison);
+    leave_in_inbox(&*store, &message("g-1", &key, "waited"));
+    let turns = Arc::new(Turns::default());
+    let (bus, shutdown, tracker) = bus_on(&store, 4, turns.clone());
+    assert_eq!(bus.replay().await.unwrap(), 2);
+    assert_eq!(turns.wait_for(1).await, [vec![("waited".to_string(), 0)]]);
+    stop_bus(shutdown, tracker).await;
+    assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
+    let told = store.scan(Tree::Outbox, &[]).unwrap();
+    assert_eq!(told.len(), 1);
+    assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
+}
