@@ -6,6 +6,7 @@
 //!   [`InboundSender`] an adapter publishes through.
 //! - [`format`]: markdown rendering for each platform dialect and chunking at a platform's
 //!   message limit, written once for all adapters.
+//! - [`files`]: saving a downloaded file into the inbox under a size limit.
 //! - [`bounded`]: [`Bounded`], the capped map adapters remember things in between intake
 //!   and replies.
 //! - [`redact`](mod@redact): the process-wide list of secrets, and [`redact()`] to keep
@@ -15,6 +16,7 @@
 
 pub mod bounded;
 pub mod channel;
+pub mod files;
 pub mod format;
 pub mod key;
 pub mod message;

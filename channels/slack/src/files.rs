@@ -11,10 +11,9 @@
 
 use std::path::{Path, PathBuf};
 
-use futures_util::StreamExt;
 use serde_json::Value;
+use switchboard_channel::files::{self, WriteError};
 use switchboard_channel::{Attachment, AttachmentKind, InboundMessage, human_size};
-use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use crate::web::short;
@@ -119,10 +118,7 @@ impl Downloader<'_> {
         }
         tokio::fs::create_dir_all(inbox).await?;
         let dest = inbox.join(file_name(tag, file));
-        let part = dest.with_extension(match dest.extension() {
-            Some(e) => format!("{}.part", e.to_string_lossy()),
-            None => "part".to_string(),
-        });
+        let part = files::part_path(&dest);
         let result = tokio::time::timeout_at(deadline, self.stream_to(file, &part)).await;
         let written = match result {
             Ok(Ok(n)) => n,
@@ -179,20 +175,13 @@ impl Downloader<'_> {
         if resp.content_length().is_some_and(|n| n > self.max_bytes) {
             return Err(too_large());
         }
-        let mut out = tokio::fs::File::create(part).await?;
-        let mut stream = resp.bytes_stream();
-        let mut written: u64 = 0;
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(failed)?;
-            written += chunk.len() as u64;
-            if written > self.max_bytes {
-                return Err(too_large());
-            }
-            out.write_all(&chunk).await?;
-        }
-        out.flush().await?;
-        out.sync_all().await?;
-        Ok(written)
+        files::write_capped(resp.bytes_stream(), part, self.max_bytes)
+            .await
+            .map_err(|e| match e {
+                WriteError::TooLarge => too_large(),
+                WriteError::Stream(e) => failed(e),
+                WriteError::Io(e) => e.into(),
+            })
     }
 }
 

@@ -7,13 +7,12 @@
 
 use std::path::{Path, PathBuf};
 
-use futures_util::StreamExt;
+use switchboard_channel::files::{self, WriteError};
 use switchboard_channel::{Attachment, AttachmentKind, human_size};
 use teloxide::Bot;
 use teloxide::net::Download;
 use teloxide::prelude::Requester;
 use teloxide::types::FileId;
-use tokio::io::AsyncWriteExt;
 
 use crate::errors::scrub;
 use crate::mapping::FileRef;
@@ -54,33 +53,19 @@ pub(crate) async fn download(
     }
     tokio::fs::create_dir_all(inbox).await?;
     let dest = inbox.join(file_name(tag, file, &meta.path));
-    let part = dest.with_extension(match dest.extension() {
-        Some(e) => format!("{}.part", e.to_string_lossy()),
-        None => "part".to_string(),
-    });
-    let mut out = tokio::fs::File::create(&part).await?;
-    let mut stream = bot.download_file_stream(&meta.path);
-    let mut written: u64 = 0;
-    let result: Result<(), MediaError> = async {
-        while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| MediaError::Download(scrub(&e.without_url().to_string())))?;
-            written += chunk.len() as u64;
-            if written > max_bytes {
-                return Err(too_large());
-            }
-            out.write_all(&chunk).await?;
+    let part = files::part_path(&dest);
+    let stream = bot.download_file_stream(&meta.path);
+    let written = match files::write_capped(stream, &part, max_bytes).await {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&part).await;
+            return Err(match e {
+                WriteError::TooLarge => too_large(),
+                WriteError::Stream(e) => MediaError::Download(scrub(&e.without_url().to_string())),
+                WriteError::Io(e) => e.into(),
+            });
         }
-        out.flush().await?;
-        out.sync_all().await?;
-        Ok(())
-    }
-    .await;
-    drop(out);
-    if let Err(e) = result {
-        let _ = tokio::fs::remove_file(&part).await;
-        return Err(e);
-    }
+    };
     tokio::fs::rename(&part, &dest).await?;
     Ok(Attachment {
         kind: file.kind,

@@ -1,0 +1,86 @@
+//! Saving a file an adapter downloads into the workspace inbox: it is written to
+//! `<name>.part`, at most a given size, and made durable; the adapter renames it to its
+//! final name once whole (a crash never leaves half a file under that name) and removes the
+//! part otherwise.
+
+use std::path::{Path, PathBuf};
+
+use futures_util::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
+
+/// Why [`write_capped`] stopped.
+#[derive(Debug)]
+pub enum WriteError<E> {
+    /// More than the size limit came.
+    TooLarge,
+    /// The download failed.
+    Stream(E),
+    /// The inbox could not be written.
+    Io(std::io::Error),
+}
+
+impl<E> From<std::io::Error> for WriteError<E> {
+    fn from(e: std::io::Error) -> Self {
+        WriteError::Io(e)
+    }
+}
+
+/// Where `dest` is written until it is whole: `report.pdf` → `report.pdf.part`.
+pub fn part_path(dest: &Path) -> PathBuf {
+    dest.with_extension(match dest.extension() {
+        Some(e) => format!("{}.part", e.to_string_lossy()),
+        None => "part".to_string(),
+    })
+}
+
+/// Write `chunks` into `part` (created, or emptied), at most `max_bytes`, and sync it: the
+/// bytes written.
+pub async fn write_capped<S, B, E>(
+    chunks: S,
+    part: &Path,
+    max_bytes: u64,
+) -> Result<u64, WriteError<E>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    let mut chunks = std::pin::pin!(chunks);
+    let mut out = tokio::fs::File::create(part).await?;
+    let mut written: u64 = 0;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(WriteError::Stream)?;
+        let bytes = chunk.as_ref();
+        written += bytes.len() as u64;
+        if written > max_bytes {
+            return Err(WriteError::TooLarge);
+        }
+        out.write_all(bytes).await?;
+    }
+    out.flush().await?;
+    out.sync_all().await?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_up_to_the_limit_and_no_further() {
+        let dir = tempfile::tempdir().unwrap();
+        let part = part_path(&dir.path().join("a.pdf"));
+        assert!(part.ends_with("a.pdf.part"), "{part:?}");
+        let chunks = |n: usize| futures_util::stream::iter(vec![Ok::<_, ()>(vec![7u8; 10]); n]);
+        assert_eq!(write_capped(chunks(3), &part, 30).await.unwrap(), 30);
+        assert_eq!(std::fs::read(&part).unwrap(), vec![7u8; 30]);
+        assert!(matches!(
+            write_capped(chunks(4), &part, 30).await,
+            Err(WriteError::TooLarge)
+        ));
+        let failing = futures_util::stream::iter(vec![Ok(vec![1u8]), Err("gone")]);
+        assert!(matches!(
+            write_capped(failing, &part, 30).await,
+            Err(WriteError::Stream("gone"))
+        ));
+    }
+}
