@@ -174,6 +174,12 @@ pub struct OutboundMessage {
     /// Tokens the model used for the turn this answers (the API channel reports them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<TokenUsage>,
+    /// The outbox's number for this reply, set when it is recorded: the same on every
+    /// attempt to send it, across restarts too, and never given to another reply. An
+    /// adapter whose platform takes an idempotency key (Discord's `nonce`) derives it
+    /// from this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<u64>,
 }
 
 /// Tokens reported by the model over one turn's requests.
@@ -193,6 +199,7 @@ impl OutboundMessage {
             kind: OutboundKind::Final,
             in_reply_to_inbound: None,
             usage: None,
+            delivery: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! to the triggering message), wait out 429s and back off on 5xx, and remember delivered
 //! chunks so that a retried reply never posts a chunk twice.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -86,6 +87,24 @@ pub(crate) fn chunk_body(content: &str, reply_to: Option<&str>, nonce: Option<&s
     body
 }
 
+/// What names a reply to Discord on every attempt to post it. The outbox's number for it
+/// (mixed with its fingerprint, so that a wiped store counting from 0 again within Discord's
+/// few minutes does not have a new reply swallowed as a repeat of an old one). A reply
+/// recorded before outboxes numbered them is named by its fingerprint only when it answers
+/// a message (which sets it apart): the same reminder text sent again minutes later is a
+/// new post, not a repeat.
+fn nonce(msg: &OutboundMessage, fp: u64) -> Option<u64> {
+    match (msg.delivery, &msg.in_reply_to_inbound) {
+        (Some(d), _) => {
+            let mut h = DefaultHasher::new();
+            (fp, d).hash(&mut h);
+            Some(h.finish())
+        }
+        (None, Some(_)) => Some(fp),
+        (None, None) => None,
+    }
+}
+
 /// Post one chunk: wait out short 429s, back off on transient failures.
 async fn post_chunk(
     rest: &Rest,
@@ -138,13 +157,7 @@ pub(crate) async fn send(
         } else {
             None
         };
-        // Only an answer is told apart from every other reply by its fingerprint (it names
-        // the message it answers): the same reminder text sent again minutes later is a
-        // new post, not a repeat for Discord to swallow.
-        let nonce = msg
-            .in_reply_to_inbound
-            .as_ref()
-            .map(|_| format!("{fp:016x}-{i}"));
+        let nonce = nonce(msg, fp).map(|n| format!("{n:016x}-{i}"));
         let body = chunk_body(chunk, reply_to, nonce.as_deref());
         match post_chunk(rest, cfg, channel_id, &body).await {
             Ok(id) => ids.push(id),

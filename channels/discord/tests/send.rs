@@ -179,6 +179,27 @@ async fn a_post_whose_answer_was_lost_is_not_posted_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_numbered_by_the_outbox_is_posted_once_though_its_answer_was_lost() {
+    let (fake, ch) = setup().await;
+    // A reminder (it answers no message) as the outbox hands it over: numbered.
+    let mut reminder = OutboundMessage::new(key(), "drink water");
+    reminder.delivery = Some(41);
+    fake.inject_faults([Fault::LostAnswer]);
+    let receipt = ch.send(&reminder).await.expect("sent");
+    let posts = fake.posts();
+    assert_eq!(posts.len(), 1, "posted once: {posts:?}");
+    assert_eq!(receipt.message_ids, vec![posts[0].message_id.to_string()]);
+    let nonce = posts[0].body["nonce"].as_str().expect("nonce");
+    assert!(nonce.len() <= 25, "{nonce}");
+    // The same text recorded again later is another reply, with another number: posted.
+    let mut later = reminder.clone();
+    later.delivery = Some(97);
+    ch.send(&later).await.expect("sent");
+    assert_eq!(fake.posts().len(), 2);
+    assert_ne!(fake.posts()[1].body["nonce"], posts[0].body["nonce"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_rate_limit_goes_back_to_the_outbox_and_delivered_chunks_are_not_resent() {
     let (fake, ch) = setup().await;
     let msg = OutboundMessage::new(key(), long_reply());

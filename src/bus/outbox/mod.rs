@@ -66,8 +66,9 @@ fn stage(
     writes: &mut Batch,
 ) -> Result<Vec<(u64, OutboundMessage)>, StoreError> {
     let mut entries = Vec::with_capacity(replies.len());
-    for reply in replies {
+    for mut reply in replies {
         let seq = store.next_id()?;
+        reply.delivery = Some(seq);
         let body = serde_json::to_vec(&reply).map_err(|e| StoreError::Backend(e.to_string()))?;
         writes.put(Tree::Outbox, seq.to_be_bytes().to_vec(), body);
         entries.push((seq, reply));

@@ -36,6 +36,8 @@ struct Flaky {
     down_texts: Mutex<HashSet<String>>,
     gates: Mutex<HashMap<String, Arc<Semaphore>>>,
     tries: Mutex<HashMap<String, usize>>,
+    /// The outbox's number on each attempt, by text.
+    numbers: Mutex<HashMap<String, HashSet<Option<u64>>>>,
     /// Notified at every attempt and every send.
     changed: Notify,
 }
@@ -123,6 +125,12 @@ impl Channel for Flaky {
             .unwrap()
             .entry(msg.text.clone())
             .or_default() += 1;
+        self.numbers
+            .lock()
+            .unwrap()
+            .entry(msg.text.clone())
+            .or_default()
+            .insert(msg.delivery);
         self.changed.notify_waiters();
         let gate = self.gates.lock().unwrap().get(&msg.text).cloned();
         if let Some(gate) = gate {
@@ -297,6 +305,10 @@ async fn a_kept_reply_is_tried_again_by_the_timed_sweep() {
     rig.stop().await;
     assert_eq!(rig.flaky.sent().len(), 1);
     assert_eq!(rig.kept(), 0);
+    // Every attempt, the sweep's (read back from the store) too, carried one number.
+    let numbers = rig.flaky.numbers.lock().unwrap()["still there?"].clone();
+    assert_eq!(numbers.len(), 1, "{numbers:?}");
+    assert!(numbers.iter().all(Option::is_some), "{numbers:?}");
 }
 
 #[tokio::test(start_paused = true)]
