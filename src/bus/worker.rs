@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use switchboard_channel::ChatKey;
+use switchboard_channel::{ChatKey, files};
 
-use super::{Bus, TurnInput};
+use super::{Bus, Queued, TurnInput};
 use crate::store::{Batch, Tree};
 
 /// How often the typing indicator is refreshed while a turn runs (Telegram's lasts 5 s).
@@ -18,9 +18,20 @@ impl Bus {
     pub(super) async fn run_worker(self: Arc<Self>, key: ChatKey) {
         loop {
             let cancel = self.interrupt.child_token();
-            let Some(batch) = self.next_batch(&key, &cancel) else {
+            let Some(mut batch) = self.next_batch(&key, &cancel) else {
                 break;
             };
+            if batch.iter().any(|q| files::has_pending(&q.msg)) {
+                // Before a turn slot is taken: a download is not a turn.
+                tokio::select! {
+                    biased;
+                    // The messages stay in the inbox; their files are fetched at the next start.
+                    _ = self.shutdown.cancelled() => break,
+                    // `/stop`: the turn below finds itself stopped.
+                    _ = cancel.cancelled() => {}
+                    _ = self.fetch_files(&key, &mut batch) => {}
+                }
+            }
             let permit = tokio::select! {
                 // The batch stays in the durable inbox and is replayed on the next start:
                 // also when a permit is free at the same moment (a turn stopping for it).
@@ -32,7 +43,6 @@ impl Bus {
             if self.shutdown.is_cancelled() {
                 break;
             }
-            let mut batch = batch;
             self.count_starts(&mut batch).await;
             if batch.is_empty() {
                 // Given up: the sender was told.
@@ -94,6 +104,48 @@ impl Bus {
             }
         }
         self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Have the chat's channel fetch the files its adapter left on the batch's messages,
+    /// several messages at once (an album), the typing indicator showing meanwhile.
+    async fn fetch_files(&self, key: &ChatKey, batch: &mut [Queued]) {
+        let channel = self
+            .outbox
+            .channels()
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key.channel)
+            .cloned();
+        let fetching = batch
+            .iter_mut()
+            .filter(|q| files::has_pending(&q.msg))
+            .map(|q| {
+                let channel = channel.clone();
+                async move {
+                    match channel {
+                        Some(ch) => ch.fetch_files(&mut q.msg).await,
+                        None => {
+                            q.msg.metadata.remove(files::PENDING);
+                            let note = format!(
+                                "[files came with this message, but the {} channel is not running to fetch them]",
+                                key.channel
+                            );
+                            files::add_note(&mut q.msg, &note);
+                        }
+                    }
+                }
+            });
+        let fetching = futures_util::future::join_all(fetching);
+        let typing = async {
+            loop {
+                self.outbox.typing(key).await;
+                tokio::time::sleep(TYPING_EVERY).await;
+            }
+        };
+        tokio::select! {
+            _ = fetching => {}
+            _ = typing => unreachable!("the typing loop never ends"),
+        }
     }
 
     /// A turn's replies and writes the store refused (`first`, a full disk say): tried

@@ -163,18 +163,6 @@ impl InboundSink for GatewaySink {
         Ok(results)
     }
 
-    fn admits(&self, msg: &InboundMessage) -> bool {
-        if msg.origin != Origin::User {
-            return true;
-        }
-        let Some(access) = self.config.access_for(&msg.key.channel) else {
-            return true;
-        };
-        // A store that cannot answer: fetch anyway, `publish` decides.
-        self.decide(&access, msg)
-            .map_or(true, |d| d == Decision::Allow)
-    }
-
     fn set_connected(&self, channel: &str, connected: bool, detail: &str) {
         if connected {
             tracing::info!(channel, "connected");

@@ -106,13 +106,6 @@ pub trait InboundSink: Send + Sync + 'static {
 
     /// The adapter's connection went up or down; `detail` says why, for `/readyz`.
     fn set_connected(&self, channel: &str, connected: bool, detail: &str);
-
-    /// Whether `msg` would reach the agent (an allowed sender; in a group, addressed as the
-    /// group policy wants): an adapter fetches the files of such messages only. The answer
-    /// is advice; [`InboundSink::publish`] decides.
-    fn admits(&self, _msg: &InboundMessage) -> bool {
-        true
-    }
 }
 
 /// Cheap, cloneable handle an adapter publishes through.
@@ -133,11 +126,6 @@ impl InboundSender {
         msgs: Vec<InboundMessage>,
     ) -> Result<Vec<Published>, PublishError> {
         self.0.publish_many(msgs).await
-    }
-
-    /// Whether the gateway would pass `msg` to the agent (see [`InboundSink::admits`]).
-    pub fn admits(&self, msg: &InboundMessage) -> bool {
-        self.0.admits(msg)
     }
 
     /// Report the connection state; `detail` is served by `/readyz`, so secrets are
@@ -170,4 +158,10 @@ pub trait Channel: Send + Sync + 'static {
 
     /// Show a typing indicator in the chat (no-op where the platform has none).
     async fn typing(&self, key: &ChatKey) -> Result<(), SendError>;
+
+    /// Download the files [`Channel::run`] left on `msg` (see [`crate::files`]) into the
+    /// workspace inbox: an attachment for each, or a note in the text for one that could
+    /// not come. The gateway calls this before the message's turn. By default a channel
+    /// leaves no files to fetch.
+    async fn fetch_files(&self, _msg: &mut InboundMessage) {}
 }

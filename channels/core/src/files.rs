@@ -1,12 +1,67 @@
-//! Saving a file an adapter downloads into the workspace inbox: it is written to
-//! `<name>.part`, at most a given size, and made durable; the adapter renames it to its
-//! final name once whole (a crash never leaves half a file under that name) and removes the
-//! part otherwise.
+//! The files that come with messages.
+//!
+//! Intake never downloads: an adapter leaves its description of a message's files on the
+//! message ([`leave_pending`]), publishes it at once, and the gateway has the adapter
+//! fetch them ([`crate::Channel::fetch_files`]) when that chat's turn comes, so a large file
+//! on a slow link holds up neither the platform's acknowledgement nor any other chat.
+//!
+//! Saving a download into the workspace inbox: it is written to `<name>.part`, at most a
+//! given size, and made durable; the adapter renames it to its final name once whole (a
+//! crash never leaves half a file under that name) and removes the part otherwise.
 
 use std::path::{Path, PathBuf};
 
 use futures_util::{Stream, StreamExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::io::AsyncWriteExt;
+
+use crate::InboundMessage;
+
+/// The [`InboundMessage::metadata`] key under which an adapter leaves a message's files
+/// for [`crate::Channel::fetch_files`]: its own description of them, as JSON.
+pub const PENDING: &str = "pending_files";
+
+/// Leave `files` on `msg` to be fetched before its turn.
+pub fn leave_pending<T: Serialize>(msg: &mut InboundMessage, files: &T) {
+    match serde_json::to_value(files) {
+        Ok(v) => {
+            msg.metadata.insert(PENDING.into(), v);
+        }
+        Err(e) => tracing::error!(id = %msg.id, "could not describe the message's files: {e}"),
+    }
+}
+
+/// Whether `msg` has files left to fetch.
+pub fn has_pending(msg: &InboundMessage) -> bool {
+    msg.metadata.contains_key(PENDING)
+}
+
+/// Take the files left on `msg` (they are fetched once); `None` when there are none, or
+/// when what was left does not read as `T` (an older build's, say), which is logged.
+pub fn take_pending<T: DeserializeOwned>(msg: &mut InboundMessage) -> Option<T> {
+    let v = msg.metadata.remove(PENDING)?;
+    match serde_json::from_value(v) {
+        Ok(files) => Some(files),
+        Err(e) => {
+            tracing::warn!(id = %msg.id, "the message's files cannot be read back: {e}");
+            add_note(
+                msg,
+                "[files came with this message but could not be fetched]",
+            );
+            None
+        }
+    }
+}
+
+/// Add `note` (why a file is missing) to the message's text.
+pub fn add_note(msg: &mut InboundMessage, note: &str) {
+    if msg.text.is_empty() {
+        msg.text = note.to_string();
+    } else {
+        msg.text = format!("{}\n\n{note}", msg.text);
+    }
+}
 
 /// Why [`write_capped`] stopped.
 #[derive(Debug)]

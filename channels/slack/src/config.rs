@@ -42,9 +42,9 @@ pub struct SlackConfig {
     pub inbox_dir: Option<PathBuf>,
     /// Largest file downloaded (Socket Mode events carry no size: the download stops here).
     pub max_file_bytes: u64,
-    /// Longest time one event's downloads may take: Slack wants its ack within 3 s, and
-    /// the ack waits for the publish. A file not done by then is named, with its URL.
-    pub file_download_budget: Duration,
+    /// Longest time one file's download may take (files come down before the message's
+    /// turn, not at intake). A file not done by then is named, with its URL.
+    pub file_download_timeout: Duration,
 }
 
 impl SlackConfig {
@@ -65,7 +65,7 @@ impl SlackConfig {
             max_inline_retry_after: Duration::from_secs(30),
             inbox_dir: None,
             max_file_bytes: 20 * 1024 * 1024,
-            file_download_budget: Duration::from_secs(2),
+            file_download_timeout: Duration::from_secs(120),
         }
     }
 
@@ -117,7 +117,7 @@ impl fmt::Debug for SlackConfig {
             .field("max_inline_retry_after", &self.max_inline_retry_after)
             .field("inbox_dir", &self.inbox_dir)
             .field("max_file_bytes", &self.max_file_bytes)
-            .field("file_download_budget", &self.file_download_budget)
+            .field("file_download_timeout", &self.file_download_timeout)
             .finish()
     }
 }

@@ -1,25 +1,35 @@
-//! Files users share, downloaded into the workspace inbox with the bot token.
+//! Files users share, downloaded into the workspace inbox with the bot token when the
+//! gateway asks, before the message's turn (intake, which Slack's 3 s ack waits for, only
+//! leaves them on the message).
 //!
 //! Slack's file URLs (`url_private_download`, else `url_private`) need `Authorization:
 //! Bearer <bot token>` (scope `files:read`). Each file is streamed to `<name>.part` with a
 //! running size check and renamed when complete, so a crash never leaves a half file under
-//! the final name. All of one event's downloads share one deadline, because Slack's ack
-//! waits for the publish: a file not done by then, too large, or failed becomes a note in
-//! the message text (its name and URL, never the token) instead of losing the message.
+//! the final name. A file not done in time, too large, or failed becomes a note in the
+//! message text (its name and URL, never the token) instead of losing the message.
 //! Redirects are followed by reqwest, which drops `Authorization` when one leads to another
 //! host or port.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_channel::files::{self, WriteError};
 use switchboard_channel::{Attachment, AttachmentKind, InboundMessage, human_size};
-use tokio::time::Instant;
 
 use crate::web::short;
 
+/// The files intake leaves on a message (see `switchboard_channel::files`).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Pending {
+    /// The event id, which keeps file names unique.
+    pub tag: String,
+    pub files: Vec<FileRef>,
+}
+
 /// A shared file as the event describes it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct FileRef {
     pub id: String,
     pub kind: AttachmentKind,
@@ -74,52 +84,38 @@ pub(crate) struct Downloader<'a> {
     pub bot_token: &'a str,
     pub inbox: Option<&'a Path>,
     pub max_bytes: u64,
+    /// Longest one file may take.
+    pub timeout: Duration,
 }
 
 impl Downloader<'_> {
-    /// Download every file before `deadline`, adding attachments to `msg` and a note to its
-    /// text for each file that did not make it. `tag` (the event id) keeps names unique.
-    pub async fn fetch_into(
-        &self,
-        msg: &mut InboundMessage,
-        tag: &str,
-        files: &[FileRef],
-        deadline: Instant,
-    ) {
-        for file in files {
-            match self.download(tag, file, deadline).await {
+    /// Download the files left on `msg`, adding an attachment for each, or a note to its
+    /// text for a file that did not come.
+    pub async fn fetch_into(&self, msg: &mut InboundMessage) {
+        let Some(pending) = files::take_pending::<Pending>(msg) else {
+            return;
+        };
+        for file in &pending.files {
+            match self.download(&pending.tag, file).await {
                 Ok(a) => msg.attachments.push(a),
                 Err(e) => {
                     tracing::warn!(file = %file.id, error = %e, "slack: file not downloaded");
-                    let note = note(file, &e);
-                    msg.text = if msg.text.is_empty() {
-                        note
-                    } else {
-                        format!("{}\n\n{note}", msg.text)
-                    };
+                    files::add_note(msg, &note(file, &e));
                 }
             }
         }
     }
 
-    async fn download(
-        &self,
-        tag: &str,
-        file: &FileRef,
-        deadline: Instant,
-    ) -> Result<Attachment, FileError> {
+    async fn download(&self, tag: &str, file: &FileRef) -> Result<Attachment, FileError> {
         let too_large = || FileError::TooLarge(human_size(self.max_bytes));
         let inbox = self.inbox.ok_or(FileError::NoInbox)?;
         if file.size > self.max_bytes {
             return Err(too_large());
         }
-        if Instant::now() >= deadline {
-            return Err(FileError::TimedOut);
-        }
         tokio::fs::create_dir_all(inbox).await?;
         let dest = inbox.join(file_name(tag, file));
         let part = files::part_path(&dest);
-        let result = tokio::time::timeout_at(deadline, self.stream_to(file, &part)).await;
+        let result = tokio::time::timeout(self.timeout, self.stream_to(file, &part)).await;
         let written = match result {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {

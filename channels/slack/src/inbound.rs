@@ -30,7 +30,7 @@ pub(crate) struct Converted {
     pub ts: String,
     /// `(channel, thread root ts)` the bot now takes part in, when it was mentioned there.
     pub joined_thread: Option<(String, String)>,
-    /// Shared files, downloaded (or noted in the text) before publishing.
+    /// Shared files, left on the message to be downloaded before its turn.
     pub files: Vec<FileRef>,
 }
 

@@ -11,7 +11,8 @@
 //! - `config`: [`SlackConfig`].
 //! - `web`: Web API calls and their errors.
 //! - `inbound`: event rules and keys.
-//! - `files`: shared files downloaded into the workspace inbox before publishing.
+//! - `files`: shared files downloaded into the workspace inbox when the gateway asks
+//!   ([`Channel::fetch_files`]), before the message's turn.
 //! - `events_api`: signed HTTP intake.
 //! - `socket`: Socket Mode supervisor (reconnects, watchdog, shutdown).
 //! - `send`: replies and the 👀 reaction.
@@ -32,8 +33,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use switchboard_channel::{
-    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
-    PublishError, Published, SendError, SendReceipt,
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
+    OutboundMessage, PublishError, Published, SendError, SendReceipt,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -141,20 +142,12 @@ impl Shared {
             Intake::Publish(c) => c,
         };
         self.name_sender(&mut c.msg.sender, lookups_until).await;
-        // Files of a message the gateway will not pass on (a stranger, a channel message
-        // not for the bot) are not fetched: up to the size limit each, for nothing.
-        if !c.files.is_empty() && inbound.admits(&c.msg) {
-            let downloader = files::Downloader {
-                http: &self.http,
-                bot_token: &self.cfg.bot_token,
-                inbox: self.cfg.inbox_dir.as_deref(),
-                max_bytes: self.cfg.max_file_bytes,
+        if !c.files.is_empty() {
+            let pending = files::Pending {
+                tag: c.msg.id.rsplit(':').next().unwrap_or_default().to_string(),
+                files: std::mem::take(&mut c.files),
             };
-            let deadline = started + self.cfg.file_download_budget;
-            let tag = c.msg.id.rsplit(':').next().unwrap_or_default().to_string();
-            downloader
-                .fetch_into(&mut c.msg, &tag, &c.files, deadline)
-                .await;
+            switchboard_channel::files::leave_pending(&mut c.msg, &pending);
         }
         let key = c.msg.key.to_string();
         let published = inbound.publish(c.msg).await?;
@@ -397,5 +390,17 @@ impl Channel for SlackChannel {
 
     async fn typing(&self, key: &ChatKey) -> Result<(), SendError> {
         send::react_eyes(&self.shared, key).await
+    }
+
+    async fn fetch_files(&self, msg: &mut InboundMessage) {
+        let sh = &self.shared;
+        let downloader = files::Downloader {
+            http: &sh.http,
+            bot_token: &sh.cfg.bot_token,
+            inbox: sh.cfg.inbox_dir.as_deref(),
+            max_bytes: sh.cfg.max_file_bytes,
+            timeout: sh.cfg.file_download_timeout,
+        };
+        downloader.fetch_into(msg).await;
     }
 }

@@ -1,6 +1,7 @@
-//! Shared files against the fake Slack: downloaded with the bot token into the inbox before
-//! the publish (and so before the ack), within the size limit and the time budget; the
-//! token never follows a redirect to another host; strangers' files are not fetched.
+//! Shared files against the fake Slack: intake (which Slack's ack waits for) only leaves
+//! them on the message; the gateway has them downloaded with the bot token into the inbox
+//! before the turn, within the size limit and the time limit; the token never follows a
+//! redirect to another host; strangers' files are not fetched.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{events_config, socket_config, start};
+use switchboard_channel::{Channel, InboundMessage};
 use switchboard_fakes::slack::{BOT_TOKEN, FakeSlack, events};
 
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -15,6 +17,13 @@ const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 fn file_share(user: &str, files: &[(&str, &str, u64, &str)]) -> serde_json::Value {
     let ev = events::with_files(events::dm("D1", user, "what is in this?", "9.1"), files);
     events::with_subtype(ev, "file_share")
+}
+
+/// The one message published, its files fetched as the gateway does before its turn.
+async fn fetched(run: &common::Running) -> InboundMessage {
+    let mut m = run.sink.published().pop().expect("published");
+    run.channel.fetch_files(&mut m).await;
+    m
 }
 
 /// Names of the files in `dir`, sorted.
@@ -30,7 +39,7 @@ fn listing(dir: &Path) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_files_are_downloaded_with_the_bot_token_before_publishing() {
+async fn shared_files_are_downloaded_with_the_bot_token_before_the_turn() {
     let fake = FakeSlack::start().await;
     let inbox = tempfile::tempdir().unwrap();
     let run = start(socket_config(&fake).with_inbox_dir(inbox.path()));
@@ -44,10 +53,11 @@ async fn shared_files_are_downloaded_with_the_bot_token_before_publishing() {
         ))
         .await;
     fake.wait_for_ack(&p.envelope_id).await;
-    let got = run.sink.published();
-    assert_eq!(got.len(), 1);
-    let m = &got[0];
+    assert_eq!(run.sink.published().len(), 1);
+    assert!(fake.file_gets().is_empty(), "intake downloads nothing");
+    let m = &fetched(&run).await;
     assert_eq!(m.text, "what is in this?");
+    assert!(!m.metadata.contains_key("pending_files"), "fetched once");
     assert_eq!(m.attachments.len(), 1, "{:?}", m.attachments);
     let a = &m.attachments[0];
     assert_eq!(a.name.as_deref(), Some("report.pdf"));
@@ -67,11 +77,11 @@ async fn shared_files_are_downloaded_with_the_bot_token_before_publishing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_file_is_published_within_the_budget_with_a_note() {
+async fn a_slow_file_never_delays_the_ack_and_past_its_time_limit_is_noted() {
     let fake = FakeSlack::start().await;
     let inbox = tempfile::tempdir().unwrap();
     let mut cfg = socket_config(&fake).with_inbox_dir(inbox.path());
-    cfg.file_download_budget = Duration::from_millis(300);
+    cfg.file_download_timeout = Duration::from_millis(300);
     let run = start(cfg);
     fake.wait_for_connections(1).await;
     let slow = fake.add_slow_file("T0-F2/big.mov", "video/mp4", b"x", Duration::from_secs(60));
@@ -85,7 +95,8 @@ async fn a_slow_file_is_published_within_the_budget_with_a_note() {
             .await,
         "not acked within Slack's 3 s"
     );
-    let m = &run.sink.published()[0];
+    assert_eq!(run.sink.published()[0].text, "what is in this?");
+    let m = &fetched(&run).await;
     assert!(m.attachments.is_empty());
     assert!(
         m.text.starts_with("what is in this?\n\n[file big.mov")
@@ -126,7 +137,7 @@ async fn a_redirect_to_another_host_does_not_carry_the_token() {
         .handle_events_request(&hdrs, body.as_bytes())
         .await;
     assert_eq!(status, 200);
-    let m = &run.sink.published()[0];
+    let m = &fetched(&run).await;
     assert_eq!(m.attachments.len(), 1, "{m:?}");
     assert_eq!(std::fs::read(&m.attachments[0].location).unwrap(), b"PNG");
     // The other host wanted a token it never got: Slack's sign-in page is no file.
@@ -164,7 +175,7 @@ async fn too_large_files_and_strangers_files_are_not_kept() {
         ))
         .await;
     fake.wait_for_ack(&p.envelope_id).await;
-    let m = &run.sink.published()[0];
+    let m = &fetched(&run).await;
     assert!(m.attachments.is_empty());
     assert!(
         m.text.contains("[file big.bin") && m.text.contains("larger than the 10 bytes limit"),

@@ -8,8 +8,7 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use switchboard_channel::{ChannelError, InboundMessage, InboundSender};
+use switchboard_channel::{ChannelError, InboundMessage, InboundSender, files};
 use teloxide::Bot;
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::{Request, Requester};
@@ -22,8 +21,6 @@ use crate::mapping::{BotIdentity, map_update};
 use crate::media;
 
 const CHANNEL: &str = "telegram";
-/// Files of one poll fetched at once (an album, a backlog after an outage).
-const PARALLEL_DOWNLOADS: usize = 4;
 
 /// The bot commands registered with `setMyCommands`.
 const COMMANDS: [(&str, &str); 5] = [
@@ -37,8 +34,6 @@ const COMMANDS: [(&str, &str); 5] = [
 /// The running intake of one adapter.
 pub(crate) struct Intake<'a> {
     pub bot: &'a Bot,
-    /// Downloads files (see `DOWNLOAD_TIMEOUT`).
-    pub files_bot: &'a Bot,
     pub cfg: &'a TelegramConfig,
     pub inbound: &'a InboundSender,
     pub shutdown: &'a CancellationToken,
@@ -163,18 +158,10 @@ impl Intake<'_> {
                     let Some(last) = fresh.last().map(|u| i64::from(u.id.0)) else {
                         continue;
                     };
-                    // The poll's files come down a few at a time, its messages kept in order.
-                    let prepared = futures_util::stream::iter(fresh)
-                        .map(|update| self.prepare(update, me))
-                        .buffered(PARALLEL_DOWNLOADS)
-                        .collect::<Vec<_>>();
-                    // A stop during a download (up to 2 minutes) does not wait for it: the
-                    // poll is neither published nor confirmed, and comes again.
-                    let batch: Vec<InboundMessage> = tokio::select! {
-                        biased;
-                        _ = self.shutdown.cancelled() => break,
-                        p = prepared => p.into_iter().flatten().collect(),
-                    };
+                    let batch: Vec<InboundMessage> = fresh
+                        .into_iter()
+                        .filter_map(|update| prepare(update, me))
+                        .collect();
                     let published = if batch.is_empty() {
                         Ok(())
                     } else {
@@ -246,45 +233,25 @@ impl Intake<'_> {
         self.down("stopped");
         Ok(())
     }
+}
 
-    /// Map and download files: the message to publish, or `None` for an update that is
-    /// not a new message (it counts as handled).
-    async fn prepare(&self, update: Update, me: &BotIdentity) -> Option<InboundMessage> {
-        let Some(mapped) = map_update(&update, me) else {
-            tracing::debug!(
-                update_id = update.id.0,
-                "telegram: skipping an update that is not a new message"
-            );
-            return None;
+/// The message to publish, its files left on it to be fetched before its turn; `None` for
+/// an update that is not a new message (it counts as handled).
+fn prepare(update: Update, me: &BotIdentity) -> Option<InboundMessage> {
+    let Some(mapped) = map_update(&update, me) else {
+        tracing::debug!(
+            update_id = update.id.0,
+            "telegram: skipping an update that is not a new message"
+        );
+        return None;
+    };
+    let mut msg = mapped.msg;
+    if !mapped.files.is_empty() {
+        let pending = media::Pending {
+            update: update.id.0,
+            files: mapped.files,
         };
-        let mut msg = mapped.msg;
-        // Files of a message the gateway will not pass on (a stranger, a group message
-        // not for the bot) are not fetched: up to 20 MB each, while every chat waits.
-        if !mapped.files.is_empty() && !self.inbound.admits(&msg) {
-            return Some(msg);
-        }
-        for file in &mapped.files {
-            match media::download(
-                self.files_bot,
-                &self.cfg.inbox_dir,
-                self.cfg.max_file_bytes,
-                update.id.0,
-                file,
-            )
-            .await
-            {
-                Ok(a) => msg.attachments.push(a),
-                Err(e) => {
-                    tracing::warn!(update_id = update.id.0, error = %e, "telegram: file not downloaded");
-                    let note = media::note(file, &e);
-                    if msg.text.is_empty() {
-                        msg.text = note;
-                    } else {
-                        msg.text = format!("{}\n\n{note}", msg.text);
-                    }
-                }
-            }
-        }
-        Some(msg)
+        files::leave_pending(&mut msg, &pending);
     }
+    Some(msg)
 }

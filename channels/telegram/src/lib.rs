@@ -4,14 +4,15 @@
 //! - `intake`: start-up (`getMe`, `deleteWebhook`, `setMyCommands`) and our own
 //!   `getUpdates` loop, which confirms an update only after it was published.
 //! - `mapping`: a Telegram update → `InboundMessage` (key, sender, mention, text).
-//! - `media`: photos, documents, voice and audio downloaded into the workspace inbox.
+//! - `media`: photos, documents, voice and audio downloaded into the workspace inbox when
+//!   the gateway asks ([`Channel::fetch_files`]), before the message's turn.
 //! - `send`: replies rendered to Telegram HTML, split, sent with retries and a plain-text
 //!   fallback; a reply that failed part-way resumes where it stopped; typing indicator.
 //! - `pacing`: Telegram's published send limits, when enabled.
 //! - `errors`: teloxide errors classified, the token scrubbed, backoff.
 //!
-//! Data flow: Telegram → `intake` → `mapping` (+ `media`) → `InboundSender::publish` → the
-//! gateway; the gateway → [`TelegramChannel::send`] → `send` (+ `pacing`) → Telegram.
+//! Data flow: Telegram → `intake` → `mapping` → `InboundSender::publish` → the gateway
+//! (→ `media` before the turn); the gateway → [`TelegramChannel::send`] → `send` (+ `pacing`) → Telegram.
 
 pub mod config;
 mod errors;
@@ -25,17 +26,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use switchboard_channel::{
-    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
-    SendError, SendReceipt,
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
+    OutboundMessage, SendError, SendReceipt,
 };
 use teloxide::Bot;
 use tokio_util::sync::CancellationToken;
 
 pub use config::TelegramConfig;
 
-/// Longest a file download may take: 20 MB (the Bot API's limit) at ~170 KB/s. The poll
-/// loop waits for it, so it is bounded (a file past it is named to the model, not read).
+/// Longest a file download may take: 20 MB (the Bot API's limit) at ~170 KB/s. Its chat's
+/// turn waits for it, so it is bounded (a file past it is named to the model, not read).
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+/// Files downloaded at once, across chats (an album, a backlog after an outage).
+const PARALLEL_DOWNLOADS: usize = 4;
 
 /// The Telegram channel: one bot token, polling and sending through one HTTP client (and
 /// downloading files through another, with a longer time limit).
@@ -44,6 +47,8 @@ pub struct TelegramChannel {
     bot: Bot,
     /// For file downloads, which a slow link makes outlast any API call's time limit.
     files_bot: Bot,
+    /// Downloads under way ([`PARALLEL_DOWNLOADS`]).
+    downloads: tokio::sync::Semaphore,
     pacer: pacing::Pacer,
     /// What was posted of replies that failed part-way, for the outbox's retries.
     delivered: send::DeliveredChunks,
@@ -84,6 +89,7 @@ impl TelegramChannel {
             Bot::with_client(cfg.token.clone(), client(DOWNLOAD_TIMEOUT)?).set_api_url(url);
         Ok(Self {
             files_bot,
+            downloads: tokio::sync::Semaphore::new(PARALLEL_DOWNLOADS),
             pacer: pacing::Pacer::new(cfg.pacing),
             delivered: send::DeliveredChunks::default(),
             bot,
@@ -128,7 +134,6 @@ impl Channel for TelegramChannel {
     ) -> Result<(), ChannelError> {
         let intake = intake::Intake {
             bot: &self.bot,
-            files_bot: &self.files_bot,
             cfg: &self.cfg,
             inbound: &inbound,
             shutdown: &shutdown,
@@ -145,5 +150,9 @@ impl Channel for TelegramChannel {
 
     async fn typing(&self, key: &ChatKey) -> Result<(), SendError> {
         self.sender().typing(key).await
+    }
+
+    async fn fetch_files(&self, msg: &mut InboundMessage) {
+        media::fetch(&self.files_bot, &self.cfg, &self.downloads, msg).await;
     }
 }

@@ -17,7 +17,7 @@ pub(crate) struct BotIdentity {
 }
 
 /// A file attached to a message, still on Telegram's side.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct FileRef {
     pub kind: AttachmentKind,
     pub file_id: String,

@@ -1,4 +1,5 @@
-//! Downloading a message's files into the workspace inbox, within the size limit.
+//! Downloading a message's files into the workspace inbox, within the size limit, when
+//! the gateway asks before the message's turn (intake only leaves them on the message).
 //!
 //! `getFile` gives the path, `{api_url}/file/bot{token}/{path}` the bytes. The file is
 //! streamed to `<name>.part` with a running size check and renamed when complete, so a
@@ -7,15 +8,59 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use switchboard_channel::files::{self, WriteError};
-use switchboard_channel::{Attachment, AttachmentKind, human_size};
+use switchboard_channel::{Attachment, AttachmentKind, InboundMessage, human_size};
 use teloxide::Bot;
 use teloxide::net::Download;
 use teloxide::prelude::Requester;
 use teloxide::types::FileId;
+use tokio::sync::Semaphore;
 
+use crate::TelegramConfig;
 use crate::errors::scrub;
 use crate::mapping::FileRef;
+
+/// The files intake leaves on a message (see `switchboard_channel::files`).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Pending {
+    /// The update id, which keeps file names unique.
+    pub update: u32,
+    pub files: Vec<FileRef>,
+}
+
+/// Fetch the files left on `msg`, several at once within `slots`, keeping their order.
+pub(crate) async fn fetch(
+    bot: &Bot,
+    cfg: &TelegramConfig,
+    slots: &Semaphore,
+    msg: &mut InboundMessage,
+) {
+    let Some(pending) = files::take_pending::<Pending>(msg) else {
+        return;
+    };
+    let downloads = pending.files.iter().map(|file| async move {
+        let _slot = slots.acquire().await;
+        let got = download(
+            bot,
+            &cfg.inbox_dir,
+            cfg.max_file_bytes,
+            pending.update,
+            file,
+        )
+        .await;
+        (file, got)
+    });
+    for (file, got) in futures_util::future::join_all(downloads).await {
+        match got {
+            Ok(a) => msg.attachments.push(a),
+            Err(e) => {
+                tracing::warn!(update_id = pending.update, error = %e, "telegram: file not downloaded");
+                files::add_note(msg, &note(file, &e));
+            }
+        }
+    }
+}
 
 /// Why a file was not downloaded.
 #[derive(Debug, thiserror::Error)]

@@ -108,7 +108,7 @@ async fn forum_topic_messages_get_a_topic_key() {
 }
 
 #[tokio::test]
-async fn photo_is_downloaded_into_the_inbox_with_its_caption() {
+async fn photo_is_downloaded_into_the_inbox_before_the_turn_with_its_caption() {
     let h = Harness::start().await;
     let bytes: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
     let file = h.fake.add_file("cat.jpg", bytes.clone());
@@ -120,9 +120,16 @@ async fn photo_is_downloaded_into_the_inbox_with_its_caption() {
             .group_photo_mention(-100_400, &ann(), &group_file, "and this"),
     );
     let p = h.sink.wait_published(2).await;
+    assert!(
+        h.fake.requests("getFile").is_empty(),
+        "intake fetches nothing"
+    );
+    assert!(p.iter().all(|m| m.attachments.is_empty()));
+    let p = h.fetched(p).await;
     let m = &p[0];
     assert_eq!(m.text, "look at this");
     assert_eq!(m.attachments.len(), 1);
+    assert!(!m.metadata.contains_key("pending_files"), "fetched once");
     let a = &m.attachments[0];
     assert_eq!(a.kind, AttachmentKind::Image);
     assert_eq!(a.size, 5000);
@@ -150,23 +157,21 @@ async fn a_file_on_a_slow_link_is_downloaded_whole() {
         "application/pdf",
         Some("summarise this"),
     ));
-    let published = h
-        .sink
-        .wait_up_to(Duration::from_secs(60), |r| r.published().pop())
-        .await
-        .expect("published");
-    assert_eq!(published.text, "summarise this");
-    assert_eq!(published.attachments.len(), 1, "{}", published.text);
-    let path = &published.attachments[0].location;
+    let published = h.sink.wait_published(1).await;
+    let m = h.fetched(published).await.remove(0);
+    assert_eq!(m.text, "summarise this");
+    assert_eq!(m.attachments.len(), 1, "{}", m.text);
+    let path = &m.attachments[0].location;
     assert_eq!(std::fs::read(path).expect("downloaded"), bytes);
 }
 
 #[tokio::test]
-async fn a_stop_during_a_download_leaves_the_update_unconfirmed_for_the_next_start() {
-    let mut h = Harness::start().await;
+async fn a_slow_file_holds_up_neither_its_confirmation_nor_the_next_message() {
+    let h = Harness::start().await;
+    // 20 s to come down.
     h.fake.set_file_rate(10_000);
     let file = h.fake.add_file("big.pdf", vec![5u8; 200_000]);
-    let uid = h.fake.push_update(h.fake.document(
+    h.fake.push_update(h.fake.document(
         5001,
         &ann(),
         &file,
@@ -174,55 +179,41 @@ async fn a_stop_during_a_download_leaves_the_update_unconfirmed_for_the_next_sta
         "application/pdf",
         Some("read this"),
     ));
-    h.fake
-        .wait_for_requests("getFile", 1, WAIT)
-        .await
-        .expect("the download began");
-    // 20 s to come down; the stop does not wait for it.
-    let started = tokio::time::Instant::now();
-    h.stop().await.expect("stopped");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-    assert!(h.sink.published().is_empty());
-    assert_eq!(
-        h.fake.pending_updates(),
-        [uid],
-        "redelivered at the next start"
-    );
+    let p = h.sink.wait_published(1).await;
+    let uid = h.fake.push_update(h.fake.dm_text(&ann(), "and hello"));
+    let p2 = h.sink.wait_published(2).await;
+    assert_eq!(p2[1].text, "and hello");
+    assert!(h.fake.wait_for_offset_confirmed(uid, WAIT).await);
+    assert!(h.fake.requests("getFile").is_empty());
+    assert!(p[0].metadata.contains_key("pending_files"));
 }
 
 #[tokio::test]
-async fn the_files_of_one_poll_come_down_together_and_keep_their_order() {
+async fn files_come_down_several_at_once_and_keep_their_order() {
     let bytes = |b: u8| vec![b; 50_000];
-    let h = Harness::start_with(
-        |fake| {
-            // 5 s each on this link; both in the first poll.
-            fake.set_file_rate(10_000);
-            for (name, b) in [("a.pdf", 1u8), ("b.pdf", 2)] {
-                let file = fake.add_file(name, bytes(b));
-                let doc = fake.document(5001, &ann(), &file, name, "application/pdf", Some(name));
-                fake.push_update(doc);
-            }
-        },
-        |_| {},
-    )
-    .await;
+    let h = Harness::start().await;
+    // 5 s each on this link.
+    h.fake.set_file_rate(10_000);
+    for (name, b) in [("a.pdf", 1u8), ("b.pdf", 2)] {
+        let file = h.fake.add_file(name, bytes(b));
+        let doc = h
+            .fake
+            .document(5001, &ann(), &file, name, "application/pdf", Some(name));
+        h.fake.push_update(doc);
+    }
+    let published = h.sink.wait_published(2).await;
+    let fetching = h.fetched(published);
+    tokio::pin!(fetching);
     // The second file is asked for while the first is still coming down.
-    h.fake
-        .wait_for_requests("getFile", 2, Duration::from_secs(3))
+    tokio::select! {
+        _ = &mut fetching => panic!("both came down before the second was asked for"),
+        r = h.fake.wait_for_requests("getFile", 2, Duration::from_secs(3)) => {
+            r.expect("both downloads began");
+        }
+    }
+    let p = tokio::time::timeout(Duration::from_secs(60), fetching)
         .await
-        .expect("both downloads began");
-    let p = h
-        .sink
-        .wait_up_to(Duration::from_secs(60), |r| {
-            let p = r.published();
-            (p.len() == 2).then_some(p)
-        })
-        .await
-        .expect("published");
+        .expect("fetched");
     assert_eq!([p[0].text.as_str(), p[1].text.as_str()], ["a.pdf", "b.pdf"]);
     for (m, b) in p.iter().zip([1u8, 2]) {
         let path = &m.attachments[0].location;
@@ -243,7 +234,8 @@ async fn oversized_file_is_not_downloaded_and_noted() {
         Some("read it"),
     );
     h.fake.push_update(doc);
-    let m = h.sink.wait_published(1).await.remove(0);
+    let published = h.sink.wait_published(1).await;
+    let m = h.fetched(published).await.remove(0);
     assert!(m.attachments.is_empty());
     assert!(m.text.starts_with("read it"));
     assert!(
@@ -257,28 +249,6 @@ async fn oversized_file_is_not_downloaded_and_noted() {
     );
     let inbox = h.inbox.path().join("inbox");
     assert!(!inbox.exists() || std::fs::read_dir(inbox).unwrap().next().is_none());
-}
-
-#[tokio::test]
-async fn files_of_a_message_the_gateway_will_not_pass_on_are_not_fetched() {
-    let h = Harness::start().await;
-    let stranger = ann();
-    h.sink.refuse(&stranger.id.to_string());
-    let file = h.fake.add_file("big.pdf", vec![7u8; 1000]);
-    let doc = h.fake.document(
-        5002,
-        &stranger,
-        &file,
-        "big.pdf",
-        "application/pdf",
-        Some("read it"),
-    );
-    h.fake.push_update(doc);
-    // Still published: the gateway decides (and answers a stranger with a pairing code).
-    let m = h.sink.wait_published(1).await.remove(0);
-    assert_eq!(m.text, "read it");
-    assert!(m.attachments.is_empty());
-    assert!(h.fake.requests("getFile").is_empty(), "nothing fetched");
 }
 
 #[tokio::test]

@@ -284,6 +284,11 @@ impl FakeTelegram {
         self.shared.lock().file_rate = Some(bytes_per_sec.max(1));
     }
 
+    /// Serve file downloads at full speed again.
+    pub fn clear_file_rate(&self) {
+        self.shared.lock().file_rate = None;
+    }
+
     /// Every `sendMessage` accepted so far, in order.
     pub fn sent(&self) -> Vec<SentMessage> {
         self.shared.lock().sent.clone()

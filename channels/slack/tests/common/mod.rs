@@ -151,10 +151,6 @@ impl InboundSink for Sink {
         result
     }
 
-    fn admits(&self, msg: &InboundMessage) -> bool {
-        self.allowed(msg)
-    }
-
     fn set_connected(&self, _channel: &str, connected: bool, detail: &str) {
         self.connected
             .lock()

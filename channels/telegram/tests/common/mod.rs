@@ -24,8 +24,6 @@ pub struct Recorder {
     published: Mutex<Vec<InboundMessage>>,
     attempts: Mutex<Vec<String>>,
     connected: Mutex<Vec<(bool, String)>>,
-    /// Senders the gateway would not pass on ([`InboundSink::admits`] says no).
-    refused: Mutex<Vec<String>>,
     fail_next: AtomicUsize,
     changed: Notify,
 }
@@ -56,18 +54,9 @@ impl InboundSink for Recorder {
             .push((connected, detail.to_string()));
         self.changed.notify_waiters();
     }
-
-    fn admits(&self, msg: &InboundMessage) -> bool {
-        !self.refused.lock().unwrap().contains(&msg.sender.id)
-    }
 }
 
 impl Recorder {
-    /// Say the gateway would not pass on messages from `sender`.
-    pub fn refuse(&self, sender: &str) {
-        self.refused.lock().unwrap().push(sender.to_string());
-    }
-
     pub fn fail_next(&self, n: usize) {
         self.fail_next.store(n, Ordering::SeqCst);
     }
@@ -194,6 +183,14 @@ impl Harness {
 }
 
 impl Harness {
+    /// `msgs` with their files fetched, as the gateway has them fetched before their turn
+    /// (all at once, as for the messages of one turn).
+    pub async fn fetched(&self, mut msgs: Vec<InboundMessage>) -> Vec<InboundMessage> {
+        let fetching = msgs.iter_mut().map(|m| self.channel.fetch_files(m));
+        futures_util::future::join_all(fetching).await;
+        msgs
+    }
+
     /// Wait for `run` to return on its own (without cancelling).
     pub async fn stop_result(&mut self) -> Result<(), ChannelError> {
         let task = self.task.take().expect("running");
