@@ -38,8 +38,8 @@ pub(crate) struct Mapped {
 /// Map one update, or `None` when it is skipped on purpose: anything but a new message
 /// (edits, channel posts, callback queries, member updates, unknown kinds), messages from
 /// bots (this one included), a linked channel's posts copied into its group, commands for
-/// another bot, and messages with neither text nor a supported file (stickers, service
-/// messages).
+/// another bot, and messages with neither text, nor a supported file, nor a location,
+/// venue or contact (stickers, dice, polls, games, service messages).
 pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
     let UpdateKind::Message(m) = &update.kind else {
         return None;
@@ -50,8 +50,11 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
         return None;
     }
     let files = files_of(m);
+    let shared = shared_place_or_contact(m);
     let raw_text = m.text().or(m.caption()).unwrap_or_default();
-    if raw_text.trim().is_empty() && files.is_empty() || for_another_bot(raw_text, me) {
+    if raw_text.trim().is_empty() && files.is_empty() && shared.is_none()
+        || for_another_bot(raw_text, me)
+    {
         return None;
     }
     let sender = sender_of(m)?;
@@ -75,7 +78,14 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
         .is_some_and(|u| u.id.0 == me.id);
     let mentions_bot = replies_to_bot || entities.iter().any(|e| addresses_bot(e, me));
 
-    let text = normalise_command(&strip_leading_mention(raw_text, &entities, me), me);
+    let mut text = normalise_command(&strip_leading_mention(raw_text, &entities, me), me);
+    if let Some(shared) = shared {
+        text = if text.is_empty() {
+            shared
+        } else {
+            format!("{text}\n{shared}")
+        };
+    }
     let mut msg = InboundMessage::text(
         format!("telegram:update:{}", update.id.0),
         key,
@@ -214,7 +224,33 @@ fn normalise_command(text: &str, me: &BotIdentity) -> String {
     }
 }
 
-/// Photos (largest size), documents, voice notes and audio files of a message.
+/// A shared location, venue or contact, in words for the model (a live location's later
+/// positions come as edits, which are not passed on).
+fn shared_place_or_contact(m: &Message) -> Option<String> {
+    let at = |l: &teloxide::types::Location| format!("{:.6}, {:.6}", l.latitude, l.longitude);
+    if let Some(v) = m.venue() {
+        return Some(format!(
+            "[venue: {}, {} ({})]",
+            v.title,
+            v.address,
+            at(&v.location)
+        ));
+    }
+    if let Some(l) = m.location() {
+        let live = if l.live_period.is_some() { "live " } else { "" };
+        return Some(format!("[{live}location: {}]", at(l)));
+    }
+    m.contact().map(|c| {
+        let name = match &c.last_name {
+            Some(last) => format!("{} {last}", c.first_name),
+            None => c.first_name.clone(),
+        };
+        format!("[contact: {name}, {}]", c.phone_number)
+    })
+}
+
+/// Photos (largest size), documents, voice notes, audio files, videos, round video notes
+/// and animations (GIFs, sent as MP4) of a message.
 fn files_of(m: &Message) -> Vec<FileRef> {
     let file = |kind, meta: &FileMeta, name: Option<&String>, mime: Option<String>| FileRef {
         kind,
@@ -254,6 +290,28 @@ fn files_of(m: &Message) -> Vec<FileRef> {
         let mime = a.mime_type.as_ref().map(|m| m.to_string());
         out.push(file(
             AttachmentKind::Audio,
+            &a.file,
+            a.file_name.as_ref(),
+            mime,
+        ));
+    }
+    if let Some(v) = m.video() {
+        let mime = v.mime_type.as_ref().map(|m| m.to_string());
+        out.push(file(
+            AttachmentKind::Video,
+            &v.file,
+            v.file_name.as_ref(),
+            mime,
+        ));
+    }
+    if let Some(v) = m.video_note() {
+        let mime = Some("video/mp4".to_string());
+        out.push(file(AttachmentKind::Video, &v.file, None, mime));
+    }
+    if let Some(a) = m.animation() {
+        let mime = a.mime_type.as_ref().map(|m| m.to_string());
+        out.push(file(
+            AttachmentKind::Video,
             &a.file,
             a.file_name.as_ref(),
             mime,
@@ -361,6 +419,65 @@ mod tests {
             "is_automatic_forward": true,
             "text": "New post!"}));
         assert!(map_update(&copied, &me()).is_none());
+    }
+
+    #[test]
+    fn videos_places_and_contacts_get_through_stickers_dice_and_polls_do_not() {
+        let dm = |extra: Value| {
+            let mut m = json!({"message_id": 20, "date": 1,
+                "chat": {"id": 7, "type": "private", "first_name": "Ann"},
+                "from": {"id": 7, "is_bot": false, "first_name": "Ann"}});
+            m.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            map_update(&update(json!({"update_id": 20, "message": m})), &me())
+        };
+        // teloxide wants `mime_type`, which Telegram always sends with these.
+        let file = |id: &str| {
+            json!({"file_id": id, "file_unique_id": format!("u{id}"),
+            "width": 640, "height": 480, "duration": 3, "file_size": 1000,
+            "mime_type": "video/mp4"})
+        };
+        let kinds = |m: &Mapped| -> Vec<(AttachmentKind, String)> {
+            m.files
+                .iter()
+                .map(|f| (f.kind, f.file_id.clone()))
+                .collect()
+        };
+        let video = dm(json!({"video": file("V"), "caption": "what is this?"})).expect("video");
+        assert_eq!(kinds(&video), [(AttachmentKind::Video, "V".to_string())]);
+        assert_eq!(video.msg.text, "what is this?");
+        let note = dm(
+            json!({"video_note": {"file_id": "N", "file_unique_id": "uN",
+            "length": 240, "duration": 5}}),
+        )
+        .expect("round video");
+        assert_eq!(kinds(&note), [(AttachmentKind::Video, "N".to_string())]);
+        // As the Bot API sends a GIF: an animation, and the same file as a document.
+        let gif = dm(json!({"animation": file("G"), "document": {"file_id": "G",
+            "file_unique_id": "uG"}}))
+        .expect("animation");
+        assert_eq!(kinds(&gif), [(AttachmentKind::Video, "G".to_string())]);
+        let place = json!({"latitude": 48.8584, "longitude": 2.2945});
+        let at = dm(json!({"location": place})).expect("location");
+        assert_eq!(at.msg.text, "[location: 48.858400, 2.294500]");
+        let venue = dm(json!({"location": place, "venue": {"location": place,
+            "title": "Eiffel Tower", "address": "Champ de Mars"}}))
+        .expect("venue");
+        assert_eq!(
+            venue.msg.text,
+            "[venue: Eiffel Tower, Champ de Mars (48.858400, 2.294500)]"
+        );
+        let contact = dm(json!({"contact": {"phone_number": "+33600000000",
+            "first_name": "Bob", "last_name": "Smith"}}))
+        .expect("contact");
+        assert_eq!(contact.msg.text, "[contact: Bob Smith, +33600000000]");
+        assert!(dm(json!({"dice": {"emoji": "🎲", "value": 4}})).is_none());
+        let poll = json!({"id": "1", "question": "Lunch?", "options": [
+            {"text": "yes", "voter_count": 0}, {"text": "no", "voter_count": 0}],
+            "total_voter_count": 0, "is_closed": false, "is_anonymous": true,
+            "type": "regular", "allows_multiple_answers": false});
+        assert!(dm(json!({"poll": poll})).is_none());
     }
 
     #[test]
