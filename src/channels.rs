@@ -118,6 +118,7 @@ pub fn start_all(
             (true, None) => off("discord", format!("${} is not set", d.token_env)),
             (true, Some(token)) => {
                 let mut cfg = switchboard_discord::DiscordConfig::new(token, d.api_url.clone());
+                cfg.inbox_dir = Some(shared.config.gateway.workspace.join("inbox"));
                 cfg.max_message_len = d.max_message_len;
                 match switchboard_discord::DiscordChannel::new(cfg) {
                     Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),

@@ -257,3 +257,28 @@ async fn sigkill_between_intake_and_reply_delivers_exactly_one_reply() {
         "the bot token leaked into the log"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_file_reaches_the_model_as_a_file_in_the_inbox() {
+    let t = Dc::start().await;
+    let mut m = IncomingMessage::dm(DM_CHANNEL, alice(), "what is this?");
+    m.attachments
+        .push(t.dc.add_attachment(77, "cat.png", b"PNG cat", "image/png"));
+    t.dc.push_message_create(m);
+    t.wait_posts(1).await;
+    let text = t.llm.requests()[0].last_user_text();
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("[attachment: Image "))
+        .map(|l| l.trim_end_matches(']'))
+        .unwrap_or_else(|| panic!("no attachment: {text}"));
+    let inbox = t.env.dir.path().join("workspace").join("inbox");
+    assert!(std::path::Path::new(path).starts_with(&inbox), "{path}");
+    assert_eq!(std::fs::read(path).expect("downloaded"), b"PNG cat");
+    let gets = t.dc.file_gets();
+    assert_eq!(gets.len(), 1);
+    assert_eq!(
+        gets[0].authorization, None,
+        "the bot token stays with the API"
+    );
+}

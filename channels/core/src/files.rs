@@ -80,6 +80,26 @@ impl<E> From<std::io::Error> for WriteError<E> {
     }
 }
 
+/// A file's name in the inbox: `base` (the adapter's unique part, safe already), then the
+/// original name with only ASCII letters, digits, `.`, `-` and `_` kept (others become `_`,
+/// leading dots go), so that a name from a platform never leaves the inbox.
+pub fn inbox_name(base: &str, original: &str) -> PathBuf {
+    let safe: String = original
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match safe.trim_start_matches('.') {
+        "" => PathBuf::from(base),
+        safe => PathBuf::from(format!("{base}-{safe}")),
+    }
+}
+
 /// Where `dest` is written until it is whole: `report.pdf` → `report.pdf.part`.
 pub fn part_path(dest: &Path) -> PathBuf {
     dest.with_extension(match dest.extension() {

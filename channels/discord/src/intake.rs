@@ -97,7 +97,7 @@ pub(crate) fn to_inbound(
     let voice = msg
         .flags
         .is_some_and(|f| f.contains(MessageFlags::IS_VOICE_MESSAGE));
-    m.attachments = msg
+    let attached: Vec<Attachment> = msg
         .attachments
         .iter()
         .map(|a| Attachment {
@@ -108,6 +108,13 @@ pub(crate) fn to_inbound(
             size: u64::from(a.size),
         })
         .collect();
+    if !attached.is_empty() {
+        let pending = crate::files::Pending {
+            message: msg.id.to_string(),
+            files: attached,
+        };
+        switchboard_channel::files::leave_pending(&mut m, &pending);
+    }
     m.truncate_oversized();
     m
 }

@@ -6,6 +6,8 @@
 //!   start, a watchdog that restarts a stalled client with backoff, prompt shutdown.
 //! - `intake`: `MESSAGE_CREATE` → [`switchboard_channel::InboundMessage`] (mentions,
 //!   replies, attachments), published through the gateway's `InboundSender`.
+//! - `files`: attached files downloaded into the workspace inbox when the gateway asks
+//!   (`Channel::fetch_files`), before the message's turn.
 //! - `order`: messages of one channel are published in the order the gateway sent them,
 //!   although serenity runs each event's handler in its own task.
 //! - `rest`: the few REST calls the adapter makes itself (message posts, typing, `/users/@me`,
@@ -14,18 +16,20 @@
 //! - `send`: rendering and chunking through `switchboard_channel::format`, replies, safe
 //!   `allowed_mentions`, retries without ever posting a delivered chunk twice.
 
+mod files;
 mod gateway;
 mod intake;
 mod order;
 mod rest;
 mod send;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use switchboard_channel::{
-    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundSender, OutboundMessage,
-    SendError, SendReceipt,
+    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
+    OutboundMessage, SendError, SendReceipt,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +51,13 @@ pub struct DiscordConfig {
     /// Longest `retry_after` that `send` waits out itself; a longer one is returned as
     /// [`SendError::RetryAfter`] for the outbox to schedule.
     pub max_inline_wait: Duration,
+    /// Where attached files are downloaded (`<workspace>/inbox`); `None`: they are handed
+    /// on as their CDN URLs.
+    pub inbox_dir: Option<PathBuf>,
+    /// Largest file downloaded.
+    pub max_file_bytes: u64,
+    /// Longest one file's download may take.
+    pub file_download_timeout: Duration,
 }
 
 impl DiscordConfig {
@@ -58,6 +69,9 @@ impl DiscordConfig {
             max_message_len: switchboard_channel::DISCORD_MAX_MESSAGE_LEN,
             stall_timeout: Duration::from_secs(90),
             max_inline_wait: Duration::from_secs(30),
+            inbox_dir: None,
+            max_file_bytes: 20 * 1024 * 1024,
+            file_download_timeout: Duration::from_secs(120),
         }
     }
 
@@ -75,6 +89,9 @@ impl std::fmt::Debug for DiscordConfig {
             .field("max_message_len", &self.max_message_len)
             .field("stall_timeout", &self.stall_timeout)
             .field("max_inline_wait", &self.max_inline_wait)
+            .field("inbox_dir", &self.inbox_dir)
+            .field("max_file_bytes", &self.max_file_bytes)
+            .field("file_download_timeout", &self.file_download_timeout)
             .finish()
     }
 }
@@ -84,6 +101,8 @@ pub struct DiscordChannel {
     cfg: DiscordConfig,
     rest: rest::Rest,
     sent: send::DeliveredChunks,
+    /// For attachment downloads from the CDN (no token).
+    files_http: reqwest::Client,
 }
 
 impl DiscordChannel {
@@ -103,10 +122,15 @@ impl DiscordChannel {
         // Every error text is scrubbed of it from now on (see `rest` and `gateway`).
         switchboard_channel::redact::register(&cfg.token);
         let rest = rest::Rest::new(&cfg.token, &cfg.api_url)?;
+        let files_http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .build()
+            .map_err(|e| ChannelError::Other(format!("discord: http client: {e}")))?;
         Ok(Self {
             cfg,
             rest,
             sent: send::DeliveredChunks::default(),
+            files_http,
         })
     }
 }
@@ -145,5 +169,15 @@ impl Channel for DiscordChannel {
             .typing(channel_id)
             .await
             .map_err(send::to_send_error)
+    }
+
+    async fn fetch_files(&self, msg: &mut InboundMessage) {
+        let downloader = files::Downloader {
+            http: &self.files_http,
+            inbox: self.cfg.inbox_dir.as_deref(),
+            max_bytes: self.cfg.max_file_bytes,
+            timeout: self.cfg.file_download_timeout,
+        };
+        downloader.fetch_into(msg).await;
     }
 }

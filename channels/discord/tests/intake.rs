@@ -2,7 +2,7 @@
 
 mod common;
 
-use switchboard_channel::AttachmentKind;
+use switchboard_channel::{AttachmentKind, Channel};
 use switchboard_fakes::discord::{
     Author, BOT_ROLE_ID, BOT_USER_ID, GUILD_ID, IncomingMessage, attachment,
 };
@@ -128,7 +128,10 @@ async fn attachments_and_role_mentions_of_the_bot() {
     m.attachments
         .push(attachment(10, "notes.pdf", 99, Some("application/pdf")));
     let id = h.fake.push_message_create(m);
-    let msgs = h.rec.wait_for_msgs(1).await;
+    let mut msgs = h.rec.wait_for_msgs(1).await;
+    assert!(msgs[0].attachments.is_empty(), "left for the turn");
+    // Without an inbox folder, the files are handed on as their URLs.
+    h.channel.fetch_files(&mut msgs[0]).await;
     let got = &msgs[0];
     assert_eq!(got.id, format!("discord:msg:{id}"));
     assert!(got.mentions_bot, "role mention of the bot's managed role");

@@ -184,26 +184,9 @@ impl Downloader<'_> {
 /// `slack-<event id>-<file id>[-<original name>]`, with only safe characters (a name from
 /// Slack must not escape the inbox).
 fn file_name(tag: &str, file: &FileRef) -> PathBuf {
-    let keep = |s: &str| -> String {
-        s.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
-    };
     let alnum = |s: &str| -> String { s.chars().filter(char::is_ascii_alphanumeric).collect() };
-    let safe = keep(file.name.as_deref().unwrap_or_default());
-    let safe = safe.trim_start_matches('.');
     let base = format!("slack-{}-{}", alnum(tag), alnum(&file.id));
-    if safe.is_empty() {
-        PathBuf::from(base)
-    } else {
-        PathBuf::from(format!("{base}-{safe}"))
-    }
+    files::inbox_name(&base, file.name.as_deref().unwrap_or_default())
 }
 
 /// The note added to the message text for a file that was not downloaded.

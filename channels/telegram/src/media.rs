@@ -129,27 +129,12 @@ fn file_name(tag: u32, file: &FileRef, remote_path: &str) -> PathBuf {
         .clone()
         .or_else(|| remote_path.rsplit('/').next().map(str::to_string))
         .unwrap_or_default();
-    let safe: String = original
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    let safe = safe.trim_start_matches('.');
     let unique: String = file
         .unique_id
         .chars()
         .filter(char::is_ascii_alphanumeric)
         .collect();
-    if safe.is_empty() {
-        PathBuf::from(format!("tg-{tag}-{unique}"))
-    } else {
-        PathBuf::from(format!("tg-{tag}-{unique}-{safe}"))
-    }
+    files::inbox_name(&format!("tg-{tag}-{unique}"), &original)
 }
 
 /// The note added to the message text when a file could not be downloaded.

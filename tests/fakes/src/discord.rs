@@ -6,6 +6,8 @@
 //! can abort, half-close or freeze a connection. Tests drive it with `push_*` helpers and
 //! wait on what crossed the wire with bounded `wait_for_*` calls.
 
+mod cdn;
+pub use cdn::FileGet;
 mod gateway;
 mod rest;
 
@@ -264,6 +266,7 @@ pub(crate) struct State {
     pub(crate) frozen: Option<usize>,
     /// New connections stay silent (see [`FakeDiscord::mute_new_connections`]).
     pub(crate) mute_new: bool,
+    pub(crate) cdn: cdn::Cdn,
 }
 
 impl State {

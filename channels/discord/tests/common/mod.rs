@@ -144,8 +144,15 @@ pub async fn fake() -> FakeDiscord {
 
 /// Start the fake and the adapter; returns once READY was sent.
 pub async fn start() -> Harness {
+    start_with(|_| {}).await
+}
+
+/// [`start`] with a tweak to the adapter's config.
+pub async fn start_with(tweak: impl FnOnce(&mut DiscordConfig)) -> Harness {
     let fake = fake().await;
-    let channel = Arc::new(DiscordChannel::new(config(&fake, TOKEN)).expect("channel"));
+    let mut cfg = config(&fake, TOKEN);
+    tweak(&mut cfg);
+    let channel = Arc::new(DiscordChannel::new(cfg).expect("channel"));
     let rec = Recorder::new();
     let shutdown = CancellationToken::new();
     let run = {

@@ -25,6 +25,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v10/channels/{id}/messages", post(create_message))
         .route("/api/v10/channels/{id}/messages/{mid}", patch(edit_message))
         .route("/api/v10/channels/{id}/typing", post(typing))
+        .route("/attachments/{channel}/{id}/{name}", get(super::cdn::serve))
         .fallback(not_found)
         .with_state(shared)
 }
