@@ -33,10 +33,20 @@ fn bus_on(
     turns: usize,
     handler: Arc<dyn TurnHandler>,
 ) -> (Arc<Bus>, CancellationToken, TaskTracker) {
+    bus_with(store, turns, handler, Default::default())
+}
+
+/// [`bus_on`] with these channels.
+fn bus_with(
+    store: &Arc<dyn Store>,
+    turns: usize,
+    handler: Arc<dyn TurnHandler>,
+    channels: switchboard::bus::ChannelRegistry,
+) -> (Arc<Bus>, CancellationToken, TaskTracker) {
     let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
     let bus = Bus::new(
         store.clone(),
-        Default::default(),
+        channels,
         turns,
         Default::default(),
         shutdown.clone(),
@@ -258,4 +268,113 @@ async fn a_given_up_message_leaves_the_ones_joined_behind_it_to_run() {
     let told = store.scan(Tree::Outbox, &[]).unwrap();
     assert_eq!(told.len(), 1);
     assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
+}
+
+/// A `test` channel whose file downloads never end (as if the gateway died in them).
+#[derive(Default)]
+struct HangingFiles {
+    fetches: std::sync::atomic::AtomicUsize,
+    fetching: tokio::sync::Notify,
+    sent: Mutex<Vec<String>>,
+    sending: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl switchboard_channel::Channel for HangingFiles {
+    fn name(&self) -> &str {
+        "test"
+    }
+
+    fn capabilities(&self) -> switchboard_channel::Capabilities {
+        switchboard_channel::Capabilities {
+            edits: false,
+            typing: false,
+            threads: false,
+            max_message_len: 4096,
+            dialect: switchboard_channel::Dialect::Plain,
+        }
+    }
+
+    async fn run(
+        &self,
+        _: switchboard_channel::InboundSender,
+        shutdown: CancellationToken,
+    ) -> Result<(), switchboard_channel::ChannelError> {
+        shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        msg: &switchboard_channel::OutboundMessage,
+    ) -> Result<switchboard_channel::SendReceipt, switchboard_channel::SendError> {
+        self.sent.lock().unwrap().push(msg.text.clone());
+        self.sending.notify_waiters();
+        Ok(Default::default())
+    }
+
+    async fn typing(&self, _: &ChatKey) -> Result<(), switchboard_channel::SendError> {
+        Ok(())
+    }
+
+    async fn fetch_files(&self, _: &mut InboundMessage) {
+        self.fetches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.fetching.notify_waiters();
+        std::future::pending::<()>().await;
+    }
+}
+
+#[tokio::test]
+async fn a_message_is_counted_before_its_download_which_can_be_what_stops_the_gateway() {
+    use switchboard::bus::MAX_RESUMES;
+    use switchboard_channel::files::{PENDING, leave_pending};
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    let key = ChatKey::new("test", "files");
+    let with_file = |id: &str, resumes: u64| {
+        let mut m = message(id, &key, "look at this");
+        leave_pending(&mut m, &serde_json::json!([{"file": id}]));
+        m.metadata.insert("resumes".into(), resumes.into());
+        m
+    };
+    // Crashes in its download reached the limit: given up without another download.
+    leave_in_inbox(&*store, &with_file("f-0", MAX_RESUMES));
+    let channel = Arc::new(HangingFiles::default());
+    let channels: switchboard::bus::ChannelRegistry = Default::default();
+    channels
+        .write()
+        .unwrap()
+        .insert("test".into(), channel.clone());
+    let turns = Arc::new(Turns::default());
+    let (bus, shutdown, tracker) = bus_with(&store, 4, turns.clone(), channels.clone());
+    let sending = channel.sending.notified();
+    assert_eq!(bus.replay().await.unwrap(), 1);
+    tokio::time::timeout(WAIT, sending)
+        .await
+        .expect("the sender was told");
+    stop_bus(shutdown, tracker).await;
+    let sent = channel.sent.lock().unwrap().clone();
+    assert!(
+        sent.len() == 1 && sent[0].contains("could not handle"),
+        "{sent:?}"
+    );
+    assert_eq!(channel.fetches.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
+
+    // Below the limit: its start is stored before the download begins, the message as it
+    // came (files still to fetch).
+    leave_in_inbox(&*store, &with_file("f-1", 1));
+    let (bus, shutdown, tracker) = bus_with(&store, 4, turns.clone(), channels);
+    let fetching = channel.fetching.notified();
+    assert_eq!(bus.replay().await.unwrap(), 1);
+    tokio::time::timeout(WAIT, fetching)
+        .await
+        .expect("the download began");
+    let stored = store.scan(Tree::Inbox, &[]).unwrap();
+    let m: InboundMessage = serde_json::from_slice(&stored[0].1).unwrap();
+    assert_eq!(m.metadata["resumes"], 2);
+    assert!(m.metadata.contains_key(PENDING));
+    stop_bus(shutdown, tracker).await;
+    assert!(turns.turns.lock().unwrap().is_empty());
 }

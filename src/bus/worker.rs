@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use switchboard_channel::{ChatKey, files};
 
 use super::{Bus, Queued, TurnInput};
@@ -11,6 +12,9 @@ use crate::store::{Batch, Tree};
 
 /// How often the typing indicator is refreshed while a turn runs (Telegram's lasts 5 s).
 const TYPING_EVERY: Duration = Duration::from_secs(4);
+/// Messages of one chat whose files are fetched at once (an album), so that one chat's
+/// files do not take every download an adapter allows at a time.
+const FETCHES_PER_CHAT: usize = 2;
 /// Longest wait between two tries to record a turn's replies.
 const RECORD_RETRY_MAX: Duration = Duration::from_secs(30);
 
@@ -22,6 +26,13 @@ impl Bus {
                 break;
             };
             if batch.iter().any(|q| files::has_pending(&q.msg)) {
+                // Counted before its download, which can be what stops the gateway; what
+                // the count stores is the message as it came, its files still to fetch.
+                self.count_starts(&mut batch).await;
+                if batch.is_empty() {
+                    self.turn_finished(&key);
+                    continue;
+                }
                 // Before a turn slot is taken: a download is not a turn.
                 tokio::select! {
                     biased;
@@ -43,6 +54,7 @@ impl Bus {
             if self.shutdown.is_cancelled() {
                 break;
             }
+            // (Done already for a batch that had files: it counts once.)
             self.count_starts(&mut batch).await;
             if batch.is_empty() {
                 // Given up: the sender was told.
@@ -116,26 +128,13 @@ impl Bus {
             .unwrap_or_else(|p| p.into_inner())
             .get(&key.channel)
             .cloned();
-        let fetching = batch
-            .iter_mut()
-            .filter(|q| files::has_pending(&q.msg))
-            .map(|q| {
-                let channel = channel.clone();
-                async move {
-                    match channel {
-                        Some(ch) => ch.fetch_files(&mut q.msg).await,
-                        None => {
-                            q.msg.metadata.remove(files::PENDING);
-                            let note = format!(
-                                "[files came with this message, but the {} channel is not running to fetch them]",
-                                key.channel
-                            );
-                            files::add_note(&mut q.msg, &note);
-                        }
-                    }
-                }
-            });
-        let fetching = futures_util::future::join_all(fetching);
+        let mut fetching = Vec::new();
+        for q in batch.iter_mut().filter(|q| files::has_pending(&q.msg)) {
+            fetching.push(fetch_one(channel.clone(), &key.channel, &mut q.msg));
+        }
+        let fetching = futures_util::stream::iter(fetching)
+            .buffer_unordered(FETCHES_PER_CHAT)
+            .collect::<Vec<()>>();
         let typing = async {
             loop {
                 self.outbox.typing(key).await;
@@ -175,6 +174,24 @@ impl Bus {
                 Err(e) => error = e,
             }
             wait = (wait * 2).min(RECORD_RETRY_MAX);
+        }
+    }
+}
+
+/// Have `channel` fetch the files left on `msg`; without the channel, say so in the text.
+async fn fetch_one(
+    channel: Option<Arc<dyn switchboard_channel::Channel>>,
+    name: &str,
+    msg: &mut switchboard_channel::InboundMessage,
+) {
+    match channel {
+        Some(ch) => ch.fetch_files(msg).await,
+        None => {
+            msg.metadata.remove(files::PENDING);
+            let note = format!(
+                "[files came with this message, but the {name} channel is not running to fetch them]"
+            );
+            files::add_note(msg, &note);
         }
     }
 }

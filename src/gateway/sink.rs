@@ -52,7 +52,6 @@ impl GatewaySink {
                     self.metrics
                         .ignored
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.discard_attachments(&msg);
                 }
                 match decision {
                     Decision::Allow => {}
@@ -109,21 +108,6 @@ impl GatewaySink {
             return Ok(access::decide(access, &addressed, approved));
         }
         Ok(decision)
-    }
-
-    /// Delete the files an adapter downloaded for a message that is not let in (a stranger's,
-    /// or a group message not addressed to the bot): they would pile up in the workspace,
-    /// where the agent could read them. Only files in the workspace's `inbox/` are touched.
-    fn discard_attachments(&self, msg: &InboundMessage) {
-        let inbox = self.config.gateway.workspace.join("inbox");
-        for a in &msg.attachments {
-            let path = std::path::Path::new(&a.location);
-            if path.starts_with(&inbox) && !a.location.contains("..") {
-                if let Err(e) = std::fs::remove_file(path) {
-                    tracing::debug!(path = %a.location, "could not delete a refused attachment: {e}");
-                }
-            }
-        }
     }
 }
 

@@ -5,16 +5,18 @@
 //! fetch them ([`crate::Channel::fetch_files`]) when that chat's turn comes, so a large file
 //! on a slow link holds up neither the platform's acknowledgement nor any other chat.
 //!
-//! Saving a download into the workspace inbox: it is written to `<name>.part`, at most a
-//! given size, and made durable; the adapter renames it to its final name once whole (a
-//! crash never leaves half a file under that name) and removes the part otherwise.
+//! Saving a download into the workspace inbox ([`save`]): it is written to `<name>.part`,
+//! at most a given size, made durable and renamed once whole (a crash never leaves half a
+//! file under that name); the part goes otherwise, also when the download is dropped.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use futures_util::{Stream, StreamExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::AsyncWriteExt;
+use tokio::sync::Semaphore;
 
 use crate::InboundMessage;
 
@@ -101,20 +103,46 @@ pub fn inbox_name(base: &str, original: &str) -> PathBuf {
 }
 
 /// Where `dest` is written until it is whole: `report.pdf` → `report.pdf.part`.
-pub fn part_path(dest: &Path) -> PathBuf {
+fn part_path(dest: &Path) -> PathBuf {
     dest.with_extension(match dest.extension() {
         Some(e) => format!("{}.part", e.to_string_lossy()),
         None => "part".to_string(),
     })
 }
 
-/// Write `chunks` into `part` (created, or emptied), at most `max_bytes`, and sync it: the
+/// Removes the part file unless the download was saved: also when the download is
+/// dropped half-way (a time limit, `/stop`), so no half file is left in the inbox.
+struct PartFile<'a>(Option<&'a Path>);
+
+impl Drop for PartFile<'_> {
+    fn drop(&mut self) {
+        if let Some(part) = self.0 {
+            let _ = std::fs::remove_file(part);
+        }
+    }
+}
+
+/// Save `chunks` as `dest`, at most `max_bytes`: written to `<dest>.part` (created, or
+/// emptied), synced, then renamed, so a crash never leaves half a file under its name. The
 /// bytes written.
-pub async fn write_capped<S, B, E>(
-    chunks: S,
-    part: &Path,
-    max_bytes: u64,
-) -> Result<u64, WriteError<E>>
+pub async fn save<S, B, E>(chunks: S, dest: &Path, max_bytes: u64) -> Result<u64, WriteError<E>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    if let Some(dir) = dest.parent() {
+        tokio::fs::create_dir_all(dir).await?;
+    }
+    let part = part_path(dest);
+    let mut guard = PartFile(Some(&part));
+    let written = write_capped(chunks, &part, max_bytes).await?;
+    tokio::fs::rename(&part, dest).await?;
+    guard.0 = None;
+    Ok(written)
+}
+
+/// Write `chunks` into `part`, at most `max_bytes`, and sync it: the bytes written.
+async fn write_capped<S, B, E>(chunks: S, part: &Path, max_bytes: u64) -> Result<u64, WriteError<E>>
 where
     S: Stream<Item = Result<B, E>>,
     B: AsRef<[u8]>,
@@ -136,26 +164,85 @@ where
     Ok(written)
 }
 
+/// Run `fetch` for every item at once, each holding one of the adapter's download `slots`
+/// (shared by all its chats) while it runs: the results in the items' order.
+pub async fn fetch_all<'a, T, R, Fut>(
+    slots: &Semaphore,
+    items: &'a [T],
+    fetch: impl Fn(&'a T) -> Fut,
+) -> Vec<R>
+where
+    Fut: Future<Output = R>,
+{
+    let fetching = items.iter().map(|item| {
+        let fetched = fetch(item);
+        async move {
+            // Never closed: a closed semaphore only means no limit.
+            let _slot = slots.acquire().await;
+            fetched.await
+        }
+    });
+    futures_util::future::join_all(fetching).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn writes_up_to_the_limit_and_no_further() {
+    async fn saves_up_to_the_limit_and_leaves_no_part_file() {
         let dir = tempfile::tempdir().unwrap();
-        let part = part_path(&dir.path().join("a.pdf"));
-        assert!(part.ends_with("a.pdf.part"), "{part:?}");
+        let dest = dir.path().join("in").join("a.pdf");
+        assert!(part_path(&dest).ends_with("a.pdf.part"));
         let chunks = |n: usize| futures_util::stream::iter(vec![Ok::<_, ()>(vec![7u8; 10]); n]);
-        assert_eq!(write_capped(chunks(3), &part, 30).await.unwrap(), 30);
-        assert_eq!(std::fs::read(&part).unwrap(), vec![7u8; 30]);
+        assert_eq!(save(chunks(3), &dest, 30).await.unwrap(), 30);
+        assert_eq!(std::fs::read(&dest).unwrap(), vec![7u8; 30]);
+        let listing = || -> Vec<_> {
+            std::fs::read_dir(dir.path().join("in"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect()
+        };
+        let other = dir.path().join("in").join("b.pdf");
         assert!(matches!(
-            write_capped(chunks(4), &part, 30).await,
+            save(chunks(4), &other, 30).await,
             Err(WriteError::TooLarge)
         ));
         let failing = futures_util::stream::iter(vec![Ok(vec![1u8]), Err("gone")]);
         assert!(matches!(
-            write_capped(failing, &part, 30).await,
+            save(failing, &other, 30).await,
             Err(WriteError::Stream("gone"))
         ));
+        // Dropped half-way (a time limit, `/stop`).
+        let stalled = futures_util::stream::iter(vec![Ok::<_, ()>(vec![1u8])])
+            .chain(futures_util::stream::pending());
+        let cut = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            save(stalled, &other, 30),
+        );
+        assert!(cut.await.is_err());
+        assert_eq!(listing(), ["a.pdf"]);
+    }
+
+    #[tokio::test]
+    async fn fetch_all_keeps_the_order_within_the_slots() {
+        let slots = Semaphore::new(2);
+        let running = std::sync::atomic::AtomicUsize::new(0);
+        let most = std::sync::atomic::AtomicUsize::new(0);
+        let items = [30u64, 10, 20, 0];
+        let got = fetch_all(&slots, &items, |ms| {
+            let (running, most) = (&running, &most);
+            async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                let now = running.fetch_add(1, SeqCst) + 1;
+                most.fetch_max(now, SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(*ms)).await;
+                running.fetch_sub(1, SeqCst);
+                *ms
+            }
+        })
+        .await;
+        assert_eq!(got, items);
+        assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

@@ -3,9 +3,9 @@
 //!
 //! Attachment URLs are signed and expire after about a day, so a local copy is what the
 //! agent can still read later. They need no token: none is sent (the bot token goes to the
-//! API only). Each file is streamed to `<name>.part` with a running size check and renamed
-//! when complete. A file too large, failed or not done in time becomes a note in the text
-//! with its URL. Without an inbox folder, the attachments are handed on as URLs.
+//! API only). Each file is saved through `switchboard_channel::files::save` (a part file,
+//! renamed when whole). A file too large, failed or not done in time becomes a note in the
+//! text with its URL. Without an inbox folder, the attachments are handed on as URLs.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use switchboard_channel::files::{self, WriteError};
 use switchboard_channel::{Attachment, InboundMessage, human_size};
+use tokio::sync::Semaphore;
 
 /// The files intake leaves on a message (see `switchboard_channel::files`).
 #[derive(Debug, Serialize, Deserialize)]
@@ -43,6 +44,8 @@ pub(crate) struct Downloader<'a> {
     pub max_bytes: u64,
     /// Longest one file may take.
     pub timeout: Duration,
+    /// The adapter's downloads at once, across chats.
+    pub slots: &'a Semaphore,
 }
 
 impl Downloader<'_> {
@@ -55,14 +58,23 @@ impl Downloader<'_> {
             msg.attachments.extend(pending.files);
             return;
         };
-        for (i, file) in pending.files.into_iter().enumerate() {
-            let base = format!("dc-{}-{i}", pending.message);
-            match self.download(inbox, &base, &file).await {
+        let bases: Vec<(String, &Attachment)> = (0..)
+            .map(|i| format!("dc-{}-{i}", pending.message))
+            .zip(&pending.files)
+            .collect();
+        let got = files::fetch_all(self.slots, &bases, |(base, file)| async move {
+            tokio::time::timeout(self.timeout, self.download(inbox, base, file))
+                .await
+                .unwrap_or(Err(FileError::TimedOut))
+        })
+        .await;
+        for ((_, file), got) in bases.iter().zip(got) {
+            match got {
                 Ok(local) => msg.attachments.push(local),
                 Err(e) => {
                     tracing::warn!(message = %pending.message, error = %e,
                         "discord: file not downloaded");
-                    files::add_note(msg, &note(&file, &e));
+                    files::add_note(msg, &note(file, &e));
                 }
             }
         }
@@ -74,28 +86,12 @@ impl Downloader<'_> {
         base: &str,
         file: &Attachment,
     ) -> Result<Attachment, FileError> {
-        let too_large = || FileError::TooLarge(human_size(self.max_bytes));
         if file.size > self.max_bytes {
-            return Err(too_large());
+            return Err(FileError::TooLarge(human_size(self.max_bytes)));
         }
-        tokio::fs::create_dir_all(inbox).await?;
-        let dest = inbox.join(files::inbox_name(
-            base,
-            file.name.as_deref().unwrap_or_default(),
-        ));
-        let part = files::part_path(&dest);
-        let written = match tokio::time::timeout(self.timeout, self.stream_to(file, &part)).await {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => {
-                let _ = tokio::fs::remove_file(&part).await;
-                return Err(e);
-            }
-            Err(_) => {
-                let _ = tokio::fs::remove_file(&part).await;
-                return Err(FileError::TimedOut);
-            }
-        };
-        tokio::fs::rename(&part, &dest).await?;
+        let name = files::inbox_name(base, file.name.as_deref().unwrap_or_default());
+        let dest = inbox.join(name);
+        let written = self.save(file, &dest).await?;
         Ok(Attachment {
             location: dest.to_string_lossy().into_owned(),
             size: written,
@@ -103,8 +99,8 @@ impl Downloader<'_> {
         })
     }
 
-    /// GET the file into `part`; the bytes written.
-    async fn stream_to(&self, file: &Attachment, part: &Path) -> Result<u64, FileError> {
+    /// GET the file and save it as `dest`; the bytes written.
+    async fn save(&self, file: &Attachment, dest: &Path) -> Result<u64, FileError> {
         let too_large = || FileError::TooLarge(human_size(self.max_bytes));
         let failed = |e: reqwest::Error| {
             FileError::Download(switchboard_channel::redact_owned(
@@ -122,7 +118,7 @@ impl Downloader<'_> {
         if resp.content_length().is_some_and(|n| n > self.max_bytes) {
             return Err(too_large());
         }
-        files::write_capped(resp.bytes_stream(), part, self.max_bytes)
+        files::save(resp.bytes_stream(), dest, self.max_bytes)
             .await
             .map_err(|e| match e {
                 WriteError::TooLarge => too_large(),

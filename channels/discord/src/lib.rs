@@ -33,6 +33,9 @@ use switchboard_channel::{
 };
 use tokio_util::sync::CancellationToken;
 
+/// Files downloaded at once, across chats.
+const PARALLEL_DOWNLOADS: usize = 8;
+
 /// Discord's public API; any other `api_url` is a proxy or a fake.
 pub const DISCORD_API_URL: &str = "https://discord.com";
 
@@ -103,6 +106,8 @@ pub struct DiscordChannel {
     sent: send::DeliveredChunks,
     /// For attachment downloads from the CDN (no token).
     files_http: reqwest::Client,
+    /// Downloads under way ([`PARALLEL_DOWNLOADS`]).
+    downloads: tokio::sync::Semaphore,
 }
 
 impl DiscordChannel {
@@ -131,6 +136,7 @@ impl DiscordChannel {
             rest,
             sent: send::DeliveredChunks::default(),
             files_http,
+            downloads: tokio::sync::Semaphore::new(PARALLEL_DOWNLOADS),
         })
     }
 }
@@ -177,6 +183,7 @@ impl Channel for DiscordChannel {
             inbox: self.cfg.inbox_dir.as_deref(),
             max_bytes: self.cfg.max_file_bytes,
             timeout: self.cfg.file_download_timeout,
+            slots: &self.downloads,
         };
         downloader.fetch_into(msg).await;
     }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_channel::files::{self, WriteError};
 use switchboard_channel::{Attachment, AttachmentKind, InboundMessage, human_size};
+use tokio::sync::Semaphore;
 
 use crate::web::short;
 
@@ -86,6 +87,8 @@ pub(crate) struct Downloader<'a> {
     pub max_bytes: u64,
     /// Longest one file may take.
     pub timeout: Duration,
+    /// The adapter's downloads at once, across chats.
+    pub slots: &'a Semaphore,
 }
 
 impl Downloader<'_> {
@@ -95,8 +98,15 @@ impl Downloader<'_> {
         let Some(pending) = files::take_pending::<Pending>(msg) else {
             return;
         };
-        for file in &pending.files {
-            match self.download(&pending.tag, file).await {
+        let tag = pending.tag.as_str();
+        let got = files::fetch_all(self.slots, &pending.files, |file| async move {
+            tokio::time::timeout(self.timeout, self.download(tag, file))
+                .await
+                .unwrap_or(Err(FileError::TimedOut))
+        })
+        .await;
+        for (file, got) in pending.files.iter().zip(got) {
+            match got {
                 Ok(a) => msg.attachments.push(a),
                 Err(e) => {
                     tracing::warn!(file = %file.id, error = %e, "slack: file not downloaded");
@@ -107,27 +117,12 @@ impl Downloader<'_> {
     }
 
     async fn download(&self, tag: &str, file: &FileRef) -> Result<Attachment, FileError> {
-        let too_large = || FileError::TooLarge(human_size(self.max_bytes));
         let inbox = self.inbox.ok_or(FileError::NoInbox)?;
         if file.size > self.max_bytes {
-            return Err(too_large());
+            return Err(FileError::TooLarge(human_size(self.max_bytes)));
         }
-        tokio::fs::create_dir_all(inbox).await?;
         let dest = inbox.join(file_name(tag, file));
-        let part = files::part_path(&dest);
-        let result = tokio::time::timeout(self.timeout, self.stream_to(file, &part)).await;
-        let written = match result {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => {
-                let _ = tokio::fs::remove_file(&part).await;
-                return Err(e);
-            }
-            Err(_) => {
-                let _ = tokio::fs::remove_file(&part).await;
-                return Err(FileError::TimedOut);
-            }
-        };
-        tokio::fs::rename(&part, &dest).await?;
+        let written = self.save(file, &dest).await?;
         Ok(Attachment {
             kind: file.kind,
             name: file.name.clone(),
@@ -137,8 +132,8 @@ impl Downloader<'_> {
         })
     }
 
-    /// GET the file into `part`; the bytes written.
-    async fn stream_to(&self, file: &FileRef, part: &Path) -> Result<u64, FileError> {
+    /// GET the file and save it as `dest`; the bytes written.
+    async fn save(&self, file: &FileRef, dest: &Path) -> Result<u64, FileError> {
         let too_large = || FileError::TooLarge(human_size(self.max_bytes));
         // reqwest errors name the URL only, which carries no secret; `short` redacts anyway.
         let failed = |e: reqwest::Error| FileError::Download(short(&e.to_string()));
@@ -171,7 +166,7 @@ impl Downloader<'_> {
         if resp.content_length().is_some_and(|n| n > self.max_bytes) {
             return Err(too_large());
         }
-        files::write_capped(resp.bytes_stream(), part, self.max_bytes)
+        files::save(resp.bytes_stream(), dest, self.max_bytes)
             .await
             .map_err(|e| match e {
                 WriteError::TooLarge => too_large(),

@@ -54,6 +54,9 @@ pub const NAME: &str = "slack";
 /// whose root is unknown): Slack wants its ack within 3 s.
 const USER_LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
+/// Files downloaded at once, across chats.
+const PARALLEL_DOWNLOADS: usize = 8;
+
 /// Why an event could not be taken in; Slack must not be acknowledged.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum IntakeError {
@@ -69,6 +72,8 @@ pub(crate) struct Shared {
     pub web: WebApi,
     /// For file downloads (plain HTTP GETs, not Web API calls).
     http: reqwest::Client,
+    /// Downloads under way ([`PARALLEL_DOWNLOADS`]).
+    downloads: tokio::sync::Semaphore,
     identity: RwLock<Option<BotIdentity>>,
     inbound: RwLock<Option<InboundSender>>,
     memory: Mutex<Memory>,
@@ -293,6 +298,7 @@ impl SlackChannel {
                 cfg,
                 web,
                 http,
+                downloads: tokio::sync::Semaphore::new(PARALLEL_DOWNLOADS),
                 identity: RwLock::new(None),
                 inbound: RwLock::new(None),
                 memory: Mutex::new(Memory::default()),
@@ -400,6 +406,7 @@ impl Channel for SlackChannel {
             inbox: sh.cfg.inbox_dir.as_deref(),
             max_bytes: sh.cfg.max_file_bytes,
             timeout: sh.cfg.file_download_timeout,
+            slots: &sh.downloads,
         };
         downloader.fetch_into(msg).await;
     }

@@ -34,11 +34,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::TelegramConfig;
 
-/// Longest a file download may take: 20 MB (the Bot API's limit) at ~170 KB/s. Its chat's
-/// turn waits for it, so it is bounded (a file past it is named to the model, not read).
+/// Longest a file download may take (`getFile` and the bytes): 20 MB (the Bot API's limit)
+/// at ~170 KB/s. Its chat's turn waits for it, so it is bounded (a file past it is named to
+/// the model, not read).
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
-/// Files downloaded at once, across chats (an album, a backlog after an outage).
-const PARALLEL_DOWNLOADS: usize = 4;
+/// Files downloaded at once, across chats (the gateway fetches at most two messages of one
+/// chat at once, so one chat's album leaves room for others).
+const PARALLEL_DOWNLOADS: usize = 8;
 
 /// The Telegram channel: one bot token, polling and sending through one HTTP client (and
 /// downloading files through another, with a longer time limit).
@@ -153,6 +155,7 @@ impl Channel for TelegramChannel {
     }
 
     async fn fetch_files(&self, msg: &mut InboundMessage) {
-        media::fetch(&self.files_bot, &self.cfg, &self.downloads, msg).await;
+        let limit = DOWNLOAD_TIMEOUT;
+        media::fetch(&self.files_bot, &self.cfg, &self.downloads, limit, msg).await;
     }
 }

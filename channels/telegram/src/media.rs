@@ -7,6 +7,7 @@
 //! message text instead of losing the message.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use switchboard_channel::files::{self, WriteError};
@@ -29,29 +30,32 @@ pub(crate) struct Pending {
     pub files: Vec<FileRef>,
 }
 
-/// Fetch the files left on `msg`, several at once within `slots`, keeping their order.
+/// Fetch the files left on `msg`, at once within the adapter's download `slots`, each
+/// within `limit` (`getFile` and the download together), keeping their order.
 pub(crate) async fn fetch(
     bot: &Bot,
     cfg: &TelegramConfig,
     slots: &Semaphore,
+    limit: Duration,
     msg: &mut InboundMessage,
 ) {
     let Some(pending) = files::take_pending::<Pending>(msg) else {
         return;
     };
-    let downloads = pending.files.iter().map(|file| async move {
-        let _slot = slots.acquire().await;
-        let got = download(
+    let got = files::fetch_all(slots, &pending.files, |file| async move {
+        let fetch = download(
             bot,
             &cfg.inbox_dir,
             cfg.max_file_bytes,
             pending.update,
             file,
-        )
-        .await;
-        (file, got)
-    });
-    for (file, got) in futures_util::future::join_all(downloads).await {
+        );
+        tokio::time::timeout(limit, fetch)
+            .await
+            .unwrap_or(Err(MediaError::TimedOut))
+    })
+    .await;
+    for (file, got) in pending.files.iter().zip(got) {
         match got {
             Ok(a) => msg.attachments.push(a),
             Err(e) => {
@@ -71,12 +75,14 @@ pub(crate) enum MediaError {
     Api(String),
     #[error("download failed: {0}")]
     Download(String),
+    #[error("not done in time")]
+    TimedOut,
     #[error("could not write to the inbox: {0}")]
     Io(#[from] std::io::Error),
 }
 
 /// Download `file` into `inbox`; `tag` (the update id) keeps names unique.
-pub(crate) async fn download(
+async fn download(
     bot: &Bot,
     inbox: &Path,
     max_bytes: u64,
@@ -96,22 +102,15 @@ pub(crate) async fn download(
     if u64::from(meta.meta.size) > max_bytes {
         return Err(too_large());
     }
-    tokio::fs::create_dir_all(inbox).await?;
     let dest = inbox.join(file_name(tag, file, &meta.path));
-    let part = files::part_path(&dest);
     let stream = bot.download_file_stream(&meta.path);
-    let written = match files::write_capped(stream, &part, max_bytes).await {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = tokio::fs::remove_file(&part).await;
-            return Err(match e {
-                WriteError::TooLarge => too_large(),
-                WriteError::Stream(e) => MediaError::Download(scrub(&e.without_url().to_string())),
-                WriteError::Io(e) => e.into(),
-            });
-        }
-    };
-    tokio::fs::rename(&part, &dest).await?;
+    let written = files::save(stream, &dest, max_bytes)
+        .await
+        .map_err(|e| match e {
+            WriteError::TooLarge => too_large(),
+            WriteError::Stream(e) => MediaError::Download(scrub(&e.without_url().to_string())),
+            WriteError::Io(e) => e.into(),
+        })?;
     Ok(Attachment {
         kind: file.kind,
         name: file.name.clone(),
