@@ -20,6 +20,7 @@ pub mod bus;
 pub mod channels;
 pub mod cli;
 pub mod config;
+pub mod confine;
 pub mod gateway;
 pub mod http;
 pub mod llm;

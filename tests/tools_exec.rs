@@ -189,3 +189,23 @@ async fn commands_cannot_reach_beside_the_workspace() {
     let out = run(false, "cat ../data/admin.token").await;
     assert!(out.contains("the-admin-token"), "{out}");
 }
+
+#[tokio::test]
+async fn the_output_cut_never_leaves_half_a_secret() {
+    const SECRET: &str = "exec-secret-ABCDEFGHIJ0123456789";
+    switchboard_channel::redact::register(SECRET);
+    let dir = tempfile::tempdir().unwrap();
+    // The secret back to back, far past the cap: wherever the cut falls, it falls in one
+    // (two offsets, so that it cannot fall between two both times).
+    for offset in [1, 2] {
+        let command = format!(
+            "head -c {offset} /dev/zero | tr '\\0' x; yes {SECRET} | head -n 2000 | tr -d '\\n'"
+        );
+        let out = exec(dir.path(), json!({ "command": command }))
+            .await
+            .unwrap();
+        assert!(out.contains("[… output cut:"), "{out:.200}");
+        assert!(out.contains("[redacted]"), "{out:.200}");
+        assert!(!out.contains("exec-sec"), "offset {offset}: {out}");
+    }
+}

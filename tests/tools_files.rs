@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use switchboard::agent::tool::{ToolContext, ToolError};
 use switchboard::agent::tools::Registry;
 use switchboard::agent::tools::files::{EditFile, ListDir, ReadFile, WriteFile};
+use switchboard::agent::tools::memory::Memory;
 use tokio_util::sync::CancellationToken;
 
 struct Ws {
@@ -38,6 +39,7 @@ impl Ws {
             Arc::new(WriteFile),
             Arc::new(EditFile),
             Arc::new(ListDir),
+            Arc::new(Memory),
         ]);
         let ctx = ToolContext {
             key: "test:1".parse().unwrap(),
@@ -222,4 +224,38 @@ async fn files_that_are_not_utf8_are_read_lossily_and_not_edited() {
         std::fs::read(ws.root().join("bin.dat")).unwrap(),
         b"ok \xff\xfe end"
     );
+}
+
+#[tokio::test]
+async fn memory_follows_no_link_out_of_the_workspace() {
+    let ws = Ws::new();
+    // As `exec` could make it: MEMORY.md is a link to a file beside the workspace.
+    std::os::unix::fs::symlink(
+        ws.dir.path().join("secret.txt"),
+        ws.root().join("MEMORY.md"),
+    )
+    .unwrap();
+    let recall = ws
+        .call("memory", json!({"action": "recall", "query": "secret"}))
+        .await
+        .unwrap();
+    assert!(!recall.contains("top secret"), "{recall}");
+    let remember = ws
+        .call("memory", json!({"action": "remember", "text": "likes tea"}))
+        .await;
+    assert!(remember.is_err(), "{remember:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.dir.path().join("secret.txt")).unwrap(),
+        "top secret"
+    );
+    // A plain MEMORY.md works as ever.
+    std::fs::remove_file(ws.root().join("MEMORY.md")).unwrap();
+    ws.call("memory", json!({"action": "remember", "text": "likes tea"}))
+        .await
+        .unwrap();
+    let recall = ws
+        .call("memory", json!({"action": "recall", "query": "tea"}))
+        .await
+        .unwrap();
+    assert!(recall.starts_with("- likes tea"), "{recall}");
 }

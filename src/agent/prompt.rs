@@ -19,22 +19,10 @@ const MAX_FILE_CHARS: usize = 12_000;
 const MAX_FILE_BYTES: u64 = 256 * 1024;
 
 /// A workspace file for the prompt, cut to [`MAX_FILE_CHARS`]: its start, or with `keep_end`
-/// its end (`MEMORY.md` grows at the bottom, and the newest facts matter most). Only a
-/// regular file: a FIFO or a link to a device (made with `exec`) would block the turn or
-/// never end.
-fn read_capped(path: &Path, keep_end: bool) -> Option<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() {
-        return None;
-    }
-    let mut file = std::fs::File::open(path).ok()?;
-    if keep_end && meta.len() > MAX_FILE_BYTES {
-        file.seek(SeekFrom::End(-(MAX_FILE_BYTES as i64))).ok()?;
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES).read_to_end(&mut bytes).ok()?;
-    let text = String::from_utf8_lossy(&bytes);
+/// its end (`MEMORY.md` grows at the bottom, and the newest facts matter most). Read through
+/// [`crate::confine`]: a link out of the workspace (made with `exec`) is not followed.
+fn read_capped(workspace: &Path, name: &str, keep_end: bool) -> Option<String> {
+    let text = crate::confine::read(workspace, &workspace.join(name), MAX_FILE_BYTES, keep_end)?;
     let text = text.trim();
     if text.is_empty() {
         return None;
@@ -68,11 +56,11 @@ pub fn stable(
     );
     let ws = &config.gateway.workspace;
     for file in BOOTSTRAP_FILES {
-        if let Some(text) = read_capped(&ws.join(file), false) {
+        if let Some(text) = read_capped(ws, file, false) {
             let _ = write!(p, "\n\n## {file}\n{text}");
         }
     }
-    if let Some(text) = read_capped(&ws.join(super::tools::memory::MEMORY_FILE), true) {
+    if let Some(text) = read_capped(ws, super::tools::memory::MEMORY_FILE, true) {
         let _ = write!(p, "\n\n## Memory (MEMORY.md)\n{text}");
     }
     let available: Vec<&Skill> = skills.iter().filter(|s| s.available()).collect();
@@ -98,7 +86,8 @@ pub fn stable(
     if let Some(s) = summary.filter(|s| !s.trim().is_empty()) {
         let _ = write!(p, "\n\n## Earlier in this conversation (condensed)\n{s}");
     }
-    p
+    // No secret of the gateway's goes to the provider, whatever a file came to hold.
+    switchboard_channel::redact_owned(p)
 }
 
 /// The dynamic suffix: current date and time in `gateway.timezone`, and the model.
@@ -129,7 +118,11 @@ mod tests {
         // Read on a thread: a read that blocks fails the test instead of hanging it.
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send((read_capped(&fifo, false), read_capped(&device, true)));
+            let ws = fifo.parent().unwrap();
+            let _ = tx.send((
+                read_capped(ws, "AGENTS.md", false),
+                read_capped(ws, "MEMORY.md", true),
+            ));
         });
         let read = rx.recv_timeout(std::time::Duration::from_secs(10));
         assert_eq!(read, Ok((None, None)));
@@ -141,12 +134,35 @@ mod tests {
         let path = dir.path().join("MEMORY.md");
         let text = format!("oldest fact\n{}\nnewest fact", "x".repeat(MAX_FILE_CHARS));
         std::fs::write(&path, &text).unwrap();
-        let head = read_capped(&path, false).unwrap();
+        let ws = dir.path();
+        let head = read_capped(ws, "MEMORY.md", false).unwrap();
         assert!(head.starts_with("oldest fact") && !head.contains("newest fact"));
-        let tail = read_capped(&path, true).unwrap();
+        let tail = read_capped(ws, "MEMORY.md", true).unwrap();
         assert!(tail.ends_with("newest fact") && !tail.contains("oldest fact"));
         assert!(tail.chars().count() < MAX_FILE_CHARS + 40);
         std::fs::write(&path, "short").unwrap();
-        assert_eq!(read_capped(&path, true).unwrap(), "short");
+        assert_eq!(read_capped(ws, "MEMORY.md", true).unwrap(), "short");
+    }
+
+    #[test]
+    fn no_link_leads_the_prompt_out_of_the_workspace_and_no_secret_is_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("workspace");
+        std::fs::create_dir_all(&ws).unwrap();
+        let key = dir.path().join("admin.token");
+        std::fs::write(&key, "admin-token-not-for-the-model").unwrap();
+        // As `exec` could make them.
+        std::os::unix::fs::symlink(&key, ws.join("USER.md")).unwrap();
+        std::os::unix::fs::symlink("/proc/self/environ", ws.join("MEMORY.md")).unwrap();
+        switchboard_channel::redact::register("sk-prompt-secret-0123456789");
+        std::fs::write(ws.join("AGENTS.md"), "Key: sk-prompt-secret-0123456789").unwrap();
+        let mut config = Config::default();
+        config.gateway.workspace = ws;
+        let last =
+            InboundMessage::text("t:1", "api:ann".parse().unwrap(), Default::default(), "hi");
+        let p = stable(&config, &[], &last, None);
+        assert!(!p.contains("admin-token"), "{p}");
+        assert!(!p.contains("## USER.md") && !p.contains("## Memory"), "{p}");
+        assert!(p.contains("Key: [redacted]"), "{p}");
     }
 }

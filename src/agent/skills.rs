@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::config::Config;
 
+/// Most of a `SKILL.md` read, in bytes.
+const MAX_SKILL_BYTES: u64 = 256 * 1024;
+
 /// Where a skill came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkillSource {
@@ -106,12 +109,10 @@ fn load_dir(dir: &Path, source: SkillSource) -> Vec<Skill> {
     dirs.sort();
     dirs.into_iter()
         .filter_map(|d| {
-            // A regular file only: a FIFO would block the turn that reads it.
-            let file = d.join("SKILL.md");
-            if !std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
-                return None;
-            }
-            let text = std::fs::read_to_string(file).ok()?;
+            // Through `crate::confine`: a regular file (a FIFO would block the turn that
+            // reads it), not a link out of the skills folder (made with `exec` in the
+            // workspace's).
+            let text = crate::confine::read(dir, &d.join("SKILL.md"), MAX_SKILL_BYTES, false)?;
             match parse(&text, &d, source) {
                 Some(s) => Some(s),
                 None => {

@@ -21,6 +21,8 @@ use crate::store::{Store, Tree};
 
 /// The file the heartbeat reads, in the workspace.
 pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
+/// Most of `HEARTBEAT.md` read, in bytes.
+const MAX_READ: u64 = 256 * 1024;
 
 /// A heartbeat reply that only says "nothing to do" is not delivered: `HEARTBEAT_OK` alone,
 /// or at the start or end of a reply of at most 300 characters. Markdown emphasis or code
@@ -207,9 +209,10 @@ impl Heartbeat {
         if !in_active_hours(&hb.active_hours, local.hour() * 60 + local.minute()) {
             return Beat::OutsideActiveHours;
         }
-        let path = self.config.gateway.workspace.join(HEARTBEAT_FILE);
-        let content = match tokio::fs::read_to_string(&path).await {
-            Ok(c) if is_actionable(&c) => c,
+        let ws = &self.config.gateway.workspace;
+        // Not through a link out of the workspace (see `crate::confine`).
+        let content = match crate::confine::read(ws, &ws.join(HEARTBEAT_FILE), MAX_READ, false) {
+            Some(c) if is_actionable(&c) => c,
             _ => return Beat::NotActionable,
         };
         let key = match self.target() {

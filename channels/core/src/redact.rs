@@ -44,6 +44,34 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     out
 }
 
+/// Where to cut `text` at byte `at` at the latest so that no part of a registered secret is
+/// left before the cut (a secret that spans `at` goes whole); on a character boundary.
+pub fn safe_cut(text: &str, at: usize) -> usize {
+    let all = SECRETS.read().unwrap_or_else(|p| p.into_inner());
+    let bytes = text.as_bytes();
+    let mut cut = at.min(text.len());
+    loop {
+        let before = cut;
+        for s in all.iter() {
+            let from = cut.saturating_sub(s.len() - 1);
+            let to = (cut + s.len() - 1).min(bytes.len());
+            let spans = bytes[from..to]
+                .windows(s.len())
+                .position(|w| w == s.as_bytes());
+            if let Some(i) = spans {
+                cut = from + i;
+            }
+        }
+        if cut == before {
+            break;
+        }
+    }
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    cut
+}
+
 /// [`redact`] for a `String` the caller owns: no copy when nothing matched.
 pub fn redact_owned(text: String) -> String {
     match redact(&text) {
@@ -55,6 +83,19 @@ pub fn redact_owned(text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cut_never_leaves_part_of_a_secret() {
+        register("cut-secret-0123456789");
+        let text = "ab cut-secret-0123456789 é cut-secret-0123456789";
+        assert_eq!(safe_cut(text, 2), 2);
+        assert_eq!(safe_cut(text, 3), 3, "right before one");
+        assert_eq!(safe_cut(text, 10), 3, "inside one: before it");
+        assert_eq!(safe_cut(text, 24), 24, "right after one");
+        assert_eq!(safe_cut(text, 26), 25, "inside `é`: a char boundary");
+        assert_eq!(safe_cut(text, 40), 28);
+        assert_eq!(safe_cut(text, 999), text.len());
+    }
 
     #[test]
     fn registered_secrets_are_hidden_wherever_they_appear() {

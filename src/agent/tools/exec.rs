@@ -83,6 +83,10 @@ fn confinement(_: &std::path::Path) -> Result<Option<()>, ToolError> {
     Ok(None)
 }
 
+/// Output kept past [`OUTPUT_CAP`] until secrets are blotted out, so that the cut never
+/// leaves half of one showing.
+const REDACT_MARGIN: usize = 1024;
+
 async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
@@ -92,12 +96,15 @@ async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
             break;
         }
         total += n;
-        if buf.len() < OUTPUT_CAP {
-            let take = n.min(OUTPUT_CAP - buf.len());
+        let keep = OUTPUT_CAP + REDACT_MARGIN;
+        if buf.len() < keep {
+            let take = n.min(keep - buf.len());
             buf.extend_from_slice(&chunk[..take]);
         }
     }
-    let mut s = String::from_utf8_lossy(&buf).into_owned();
+    let text = String::from_utf8_lossy(&buf);
+    let cut = switchboard_channel::redact::safe_cut(&text, OUTPUT_CAP);
+    let mut s = switchboard_channel::redact(&text[..cut]).into_owned();
     if total > OUTPUT_CAP {
         s.push_str(&format!("\n[… output cut: {total} bytes in all]"));
     }

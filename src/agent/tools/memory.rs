@@ -2,12 +2,14 @@
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
+use std::io::Write;
 
 use crate::agent::tool::{Tool, ToolContext, ToolError};
 
 /// The memory file, relative to the workspace.
 pub const MEMORY_FILE: &str = "MEMORY.md";
+/// Most of `MEMORY.md` that `recall` searches, in bytes.
+const MAX_READ: u64 = 1024 * 1024;
 /// Most lines `recall` returns.
 const MAX_RECALL: usize = 20;
 
@@ -36,21 +38,17 @@ impl Tool for Memory {
                     .as_str()
                     .ok_or_else(|| ToolError::InvalidArguments("missing required text".into()))?;
                 let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                let fresh = !path.exists();
-                let mut f = tokio::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .await
+                // Not through a link out of the workspace (see `crate::confine`).
+                let mut f = crate::confine::append(&ctx.workspace, &path)
                     .map_err(|e| ToolError::Failed(format!("{MEMORY_FILE}: {e}")))?;
                 let date = chrono::Utc::now().format("%Y-%m-%d");
-                let entry = if fresh {
+                let entry = if f.len == 0 {
                     format!("# Memory\n\n- {line} ({date})\n")
                 } else {
                     format!("- {line} ({date})\n")
                 };
-                f.write_all(entry.as_bytes())
-                    .await
+                f.file
+                    .write_all(entry.as_bytes())
                     .map_err(|e| ToolError::Failed(format!("{MEMORY_FILE}: {e}")))?;
                 Ok(format!("remembered: {line}"))
             }
@@ -58,7 +56,8 @@ impl Tool for Memory {
                 let query = args["query"]
                     .as_str()
                     .ok_or_else(|| ToolError::InvalidArguments("missing required query".into()))?;
-                let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+                let text = crate::confine::read(&ctx.workspace, &path, MAX_READ, false)
+                    .unwrap_or_default();
                 let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
                 let hits: Vec<&str> = text
                     .lines()

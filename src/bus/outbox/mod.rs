@@ -69,6 +69,9 @@ fn stage(
     for mut reply in replies {
         let seq = store.next_id()?;
         reply.delivery = Some(seq);
+        // The last gate before a platform: no secret of the gateway's goes out in a reply,
+        // whatever the model was led to write.
+        reply.text = switchboard_channel::redact_owned(reply.text);
         let body = serde_json::to_vec(&reply).map_err(|e| StoreError::Backend(e.to_string()))?;
         writes.put(Tree::Outbox, seq.to_be_bytes().to_vec(), body);
         entries.push((seq, reply));

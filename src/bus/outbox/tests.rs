@@ -488,3 +488,17 @@ async fn a_reply_joining_while_a_sweep_reads_the_outbox_is_not_left_behind() {
     assert_eq!(rig.kept(), 0);
     assert_eq!(rig.stalled(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reply_carries_a_secret_of_the_gateways() {
+    switchboard_channel::redact::register("outbox-secret-0123456789");
+    let rig = Rig::start(true, SWEEP_EVERY);
+    let a = ChatKey::new("test", "a");
+    rig.send(&a, "your token is outbox-secret-0123456789, keep it")
+        .await;
+    assert_eq!(
+        rig.flaky.wait_for(1, WAIT).await,
+        ["your token is [redacted], keep it"]
+    );
+    rig.stop().await;
+}
