@@ -224,8 +224,19 @@ pub async fn start(
 
     let llm = match opts.llm.clone() {
         Some(l) => l,
-        None => crate::llm::from_config(&config.llm)
-            .map_err(|e| GatewayError::Setup(format!("llm: {e}")))?,
+        None => {
+            let env = &config.llm.api_key_env;
+            if !env.is_empty() && crate::config::secret(env).is_none() {
+                // Easy to miss under systemd or sudo, which start with another environment:
+                // a hosted provider then refuses every turn.
+                tracing::warn!(
+                    "llm: ${env} is not set, so requests go out without an API key (fine for a \
+                     local server such as Ollama; a hosted provider will refuse them)"
+                );
+            }
+            crate::llm::from_config(&config.llm)
+                .map_err(|e| GatewayError::Setup(format!("llm: {e}")))?
+        }
     };
     let status_bus = bus.clone();
     let agent = Agent::new(config.clone(), store.clone(), llm, metrics.clone())

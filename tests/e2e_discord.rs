@@ -275,6 +275,12 @@ async fn an_attached_file_reaches_the_model_as_a_file_in_the_inbox() {
     let inbox = t.env.dir.path().join("workspace").join("inbox");
     assert!(std::path::Path::new(path).starts_with(&inbox), "{path}");
     assert_eq!(std::fs::read(path).expect("downloaded"), b"PNG cat");
+    // (The test's LLM key variable is not set: the start-up said so.)
+    assert!(
+        platform::logs(&t.env).contains("llm: $SB_TEST_LLM_KEY is not set"),
+        "{}",
+        platform::logs(&t.env)
+    );
     let gets = t.dc.file_gets();
     assert_eq!(gets.len(), 1);
     assert_eq!(

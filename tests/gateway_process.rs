@@ -92,8 +92,8 @@ async fn sigkill_mid_turn_then_restart_answers_exactly_once() {
     assert!(gw.wait_exit(WAIT).0.success());
     assert_eq!(llm.request_count(), 2);
 
-    // A stale admin.addr where another program now listens: the CLI does not take that
-    // program for the gateway (nor send it more than the probe), and uses the store.
+    // A stale admin.addr where another program now listens: no gateway runs, so the CLI
+    // uses the store and sends that program nothing.
     std::fs::write(env.data_dir().join("admin.addr"), llm.addr().to_string()).unwrap();
     let (ok, out, err) = cli(&env, &["sessions", "list"]);
     assert!(ok, "{err}");
@@ -395,8 +395,9 @@ async fn cli_works_offline_and_through_the_admin_api() {
     assert!(ok);
     assert!(out.contains("user: hello from the terminal"), "{out}");
 
-    // With a gateway running, the same commands go through its admin API. A token file
-    // found readable by others is tightened to 0600.
+    // With a gateway running, the same commands go through its admin API. Its token is new
+    // at every start (an old one, as a CLI may send to a stale address, opens nothing) and
+    // readable by its owner only.
     let token_file = env.data_dir().join("admin.token");
     std::fs::write(&token_file, "0123456789abcdef").unwrap();
     std::fs::set_permissions(
@@ -411,6 +412,8 @@ async fn cli_works_offline_and_through_the_admin_api() {
         std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
         0o600
     );
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert!(token.len() == 64 && token != "0123456789abcdef", "{token}");
     let (ok, out, err) = cli(&env, &["chat", "through the gateway"]);
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "echo: through the gateway");

@@ -165,6 +165,10 @@ async fn the_binary_keeps_tokens_out_of_readyz_its_log_and_doctor() {
     let _ = child.0.wait();
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(log.contains("slack auth.test failed"), "{log}");
+    assert!(
+        !log.contains("SB_TEST_LLM_KEY is not set"),
+        "the key is set"
+    );
     assert_clean("the gateway's log", &log, &secrets);
 
     let doctor = Command::new(env!("CARGO_BIN_EXE_switchboard"))

@@ -24,40 +24,42 @@ pub enum Target {
 impl Target {
     pub async fn find(config: &Config) -> anyhow::Result<Target> {
         let dir = &config.gateway.data_dir;
-        let mut refused = false;
-        if let Some((addr, token)) = crate::http::admin::running_at(dir) {
-            let http = reqwest::Client::builder()
-                .timeout(Duration::from_secs(600))
-                .connect_timeout(Duration::from_secs(2))
-                .build()?;
-            let base = format!("http://{addr}");
-            // Only our gateway's answer counts: admin.addr may be stale, and another
-            // program may listen there now.
-            let status = http
-                .get(format!("{base}/admin/sessions"))
-                .bearer_auth(&token)
-                .timeout(Duration::from_secs(3))
-                .send()
-                .await
-                .map(|r| r.status());
-            match status {
-                Ok(s) if s.is_success() => return Ok(Target::Remote { base, token, http }),
-                Ok(s) => refused = s == reqwest::StatusCode::UNAUTHORIZED,
-                Err(_) => {}
-            }
-        }
+        // The store first: when it opens, no gateway runs, and the token is sent nowhere
+        // (an `admin.addr` a crashed gateway left may name a port another program has now).
         match SledStore::open(dir) {
-            Ok(s) => Ok(Target::Local(Arc::new(s))),
-            Err(StoreError::Locked(_)) if refused => bail!(
+            Ok(s) => return Ok(Target::Local(Arc::new(s))),
+            Err(StoreError::Locked(_)) => {}
+            Err(e) => return Err(e).context("opening the store"),
+        }
+        let Some((addr, token)) = crate::http::admin::running_at(dir) else {
+            bail!(
+                "the store in {} is in use by a running gateway, but it wrote no admin address",
+                dir.display()
+            );
+        };
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(600))
+            .connect_timeout(Duration::from_secs(2))
+            .build()?;
+        let base = format!("http://{addr}");
+        let status = http
+            .get(format!("{base}/admin/sessions"))
+            .bearer_auth(&token)
+            .timeout(Duration::from_secs(3))
+            .send()
+            .await
+            .map(|r| r.status());
+        match status {
+            Ok(s) if s.is_success() => Ok(Target::Remote { base, token, http }),
+            Ok(reqwest::StatusCode::UNAUTHORIZED) => bail!(
                 "the running gateway's admin API refused the token in {} (HTTP 401): was the \
                  file replaced while it runs? Restart the gateway",
                 dir.join("admin.token").display()
             ),
-            Err(StoreError::Locked(_)) => bail!(
+            _ => bail!(
                 "the store in {} is in use by a running gateway, but its admin API did not answer",
                 dir.display()
             ),
-            Err(e) => Err(e).context("opening the store"),
         }
     }
 

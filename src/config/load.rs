@@ -51,7 +51,7 @@ pub fn load_str(text: &str, base: &Path) -> Result<Loaded, ConfigError> {
     let value: toml::Value = text
         .parse::<toml::Table>()
         .map(toml::Value::Table)
-        .map_err(|e| ConfigError::Syntax(e.to_string().trim().to_string()))?;
+        .map_err(|e| ConfigError::Syntax(syntax_error(text, &e)))?;
     let known = toml::Value::try_from(Config::default()).expect("default config serializes");
     let mut warnings = Vec::new();
     unknown_keys(&value, &known, "", &mut warnings);
@@ -70,6 +70,21 @@ pub fn load_str(text: &str, base: &Path) -> Result<Loaded, ConfigError> {
 }
 
 /// Turn serde's wording into what a person editing a TOML file understands.
+/// Where and what, without the line itself: it may hold a secret pasted in the wrong place
+/// (`api_key_env = sk-…`), and this goes to the terminal and the service's log.
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim();
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+            format!("line {line}, column {column}: {msg}")
+        }
+        None => msg.to_string(),
+    }
+}
+
 fn friendly(msg: &str) -> String {
     // toml ends a custom error with a line naming the key, which the caller already leads
     // with: "expected a duration …\nin `heartbeat.interval`".
@@ -164,6 +179,10 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
+/// Most turns at once `gateway.max_concurrent_turns` may allow (far more than any machine
+/// runs; the limit keeps an absurd value from failing at start-up instead of here).
+const MAX_TURNS: usize = 100_000;
+
 fn invalid(path: &str, msg: impl std::fmt::Display) -> ConfigError {
     ConfigError::Invalid(format!("{path}: {msg}"))
 }
@@ -190,10 +209,10 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
             ),
         ));
     }
-    if g.max_concurrent_turns == 0 {
+    if !(1..=MAX_TURNS).contains(&g.max_concurrent_turns) {
         return Err(invalid(
             "gateway.max_concurrent_turns",
-            "must be at least 1",
+            format!("must be between 1 and {MAX_TURNS}"),
         ));
     }
     check_timezone("gateway.timezone", &g.timezone)?;
@@ -316,6 +335,19 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
                 ),
             ));
         }
+        // A warning, not an error: a program embedding the gateway may add its own channels.
+        Some(Ok(key)) if !crate::channels::built_in().contains(&key.channel.as_str()) => {
+            let known = crate::channels::built_in();
+            let hint = closest(&key.channel, known.iter().copied())
+                .map(|s| format!(" (did you mean `{s}`?)"))
+                .unwrap_or_default();
+            warnings.push(format!(
+                "heartbeat.target: this build has no channel named {:?}{hint}, so beats there \
+                 reach nobody; channels: {}",
+                key.channel,
+                known.join(", ")
+            ));
+        }
         Some(Ok(_)) => {}
     }
     if !h.active_hours.trim().is_empty() && parse_active_hours(&h.active_hours).is_none() {
@@ -355,6 +387,28 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Whether a would-be variable name looks like an API key pasted in its place: a known
+/// key prefix (`gsk_`, `hf_`, `sk_`…), or a long run of mixed-case letters and digits with
+/// no `_` between words, which no variable name people write has.
+fn looks_like_a_key(name: &str) -> bool {
+    const PREFIXES: [&str; 8] = [
+        "gsk_",
+        "hf_",
+        "sk_",
+        "ghp_",
+        "gho_",
+        "github_pat_",
+        "xox",
+        "AIza",
+    ];
+    let lower = name.chars().any(|c| c.is_ascii_lowercase());
+    let upper = name.chars().any(|c| c.is_ascii_uppercase());
+    let digit = name.chars().any(|c| c.is_ascii_digit());
+    let random = name.len() >= 20 && lower && upper && digit && !name.contains('_');
+    let long = name.len() > 64 || (name.len() >= 32 && lower && digit);
+    PREFIXES.iter().any(|p| name.starts_with(p)) || random || long
+}
+
 /// A `*_env` key holds the name of an environment variable ("" for none), never the secret:
 /// a token pasted there is refused without being repeated.
 fn check_env_name(key: &str, name: &str) -> Result<(), ConfigError> {
@@ -366,7 +420,14 @@ fn check_env_name(key: &str, name: &str) -> Result<(), ConfigError> {
                 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         }
     };
-    if valid {
+    if valid && looks_like_a_key(name) {
+        Err(invalid(
+            key,
+            "looks like a key itself, not the name of the environment variable that holds \
+             it (not repeated here); put the key in a variable like \"OPENAI_API_KEY\" and \
+             name that variable",
+        ))
+    } else if valid {
         Ok(())
     } else {
         Err(invalid(
@@ -426,154 +487,5 @@ fn resolve_paths(c: &mut Config, base: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn err(text: &str) -> String {
-        load_str(text, Path::new("/base")).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn defaults_load_and_paths_resolve() {
-        let l = load_str("", Path::new("/etc/sb")).unwrap();
-        assert_eq!(l.config.gateway.data_dir, PathBuf::from("/etc/sb/data"));
-        assert!(l.warnings.is_empty());
-    }
-
-    #[test]
-    fn http_listen_takes_an_address_or_a_host_name_with_a_port() {
-        let addr = |v: &str| {
-            load_str(&format!("[gateway]\nhttp_listen = {v:?}"), Path::new("/b"))
-                .map(|l| l.config.gateway.http_addr())
-        };
-        assert_eq!(
-            addr("[::1]:8080").unwrap(),
-            Some("[::1]:8080".parse().unwrap())
-        );
-        assert_eq!(
-            addr("localhost:8080").unwrap(),
-            Some("127.0.0.1:8080".parse().unwrap())
-        );
-        assert_eq!(addr("").unwrap(), None);
-        for bad in [
-            "localhost",
-            "localhost:http",
-            "localhost:70000",
-            ":8080",
-            "8080",
-        ] {
-            let e = addr(bad).unwrap_err().to_string();
-            assert!(e.starts_with("gateway.http_listen: expected"), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn each_invalid_class_names_the_key_path() {
-        let cases = [
-            (
-                "[agent]\nmax_iterations = \"x\"",
-                "agent.max_iterations: expected an integer",
-            ),
-            ("[agent]\nmax_iterations = -1", "agent.max_iterations"),
-            (
-                "[agent]\nmax_iterations = 0",
-                "agent.max_iterations: must be at least 1",
-            ),
-            (
-                "[agent]\ntool_timeout = \"soon\"",
-                "agent.tool_timeout: expected a duration",
-            ),
-            (
-                "[llm]\nprovider = \"gemini\"",
-                "llm.provider: unknown variant",
-            ),
-            (
-                "[gateway]\ntimezone = \"Europe/Berln\"",
-                "gateway.timezone: unknown timezone \"Europe/Berln\" (did you mean \"Europe/Berlin\"?)",
-            ),
-            ("[gateway]\nhttp_listen = \"nope\"", "gateway.http_listen"),
-            (
-                "[channels.telegram]\ndm_policy = \"everyone\"",
-                "channels.telegram.dm_policy: unknown variant",
-            ),
-            (
-                "[channels.slack]\nreply_in_thread = \"yes\"",
-                "channels.slack.reply_in_thread: expected true or false",
-            ),
-            (
-                "[heartbeat]\nactive_hours = \"8-22\"",
-                "heartbeat.active_hours",
-            ),
-            ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
-            (
-                "[heartbeat]\ntarget = \"api:default\"",
-                "heartbeat.target: \"api:default\" only gets the answers",
-            ),
-            (
-                "[heartbeat]\ntarget = \"cli:local\"",
-                "heartbeat.target: \"cli:local\"",
-            ),
-            ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
-            (
-                "[llm]\nprovider = \"anthropic\"",
-                "llm.base_url: \"https://api.openai.com/v1\" is OpenAI's; with provider = \"anthropic\"",
-            ),
-            (
-                "[channels.discord]\nallow_from = [\"\"]",
-                "channels.discord.allow_from[0]",
-            ),
-        ];
-        for (text, want) in cases {
-            let e = err(text);
-            assert!(
-                e.starts_with(want) || e.contains(want),
-                "{text:?} gave {e:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn unknown_keys_warn_with_a_suggestion() {
-        let l = load_str("[agent]\nmax_iteration = 5\n[extra]\nx = 1", Path::new(".")).unwrap();
-        assert_eq!(l.config.agent.max_iterations, 20);
-        assert!(
-            l.warnings
-                .iter()
-                .any(|w| w.contains("`agent.max_iteration`")
-                    && w.contains("did you mean `max_iterations`")),
-            "{:?}",
-            l.warnings
-        );
-        assert!(l.warnings.iter().any(|w| w.contains("`extra`")));
-    }
-
-    #[test]
-    fn a_secret_written_into_the_file_is_pointed_at_its_env_key() {
-        let l = load_str(
-            "[channels.telegram]\ntoken = \"123456:AAsecret\"\n[llm]\napi_key = \"sk-secret\"",
-            Path::new("."),
-        )
-        .unwrap();
-        for key in ["channels.telegram.token", "llm.api_key"] {
-            assert!(
-                l.warnings.iter().any(|w| w.contains(&format!(
-                    "`{key}` is ignored: secrets are read only from the environment; put it in \
-                     an environment variable and name that in `{key}_env`"
-                ))),
-                "{:?}",
-                l.warnings
-            );
-        }
-        // The value itself is never repeated.
-        assert!(
-            !l.warnings
-                .iter()
-                .any(|w| w.contains("sk-secret") || w.contains("AAsecret"))
-        );
-    }
-
-    #[test]
-    fn syntax_errors_are_reported() {
-        assert!(err("[agent\n").starts_with("config file is not valid TOML"));
-    }
-}
+#[path = "load_tests.rs"]
+mod tests;

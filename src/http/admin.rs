@@ -1,4 +1,5 @@
-//! The admin API: loopback only, bearer token from `<data_dir>/admin.token` (mode 0600).
+//! The admin API: loopback only, bearer token from `<data_dir>/admin.token` (mode 0600, new
+//! at every start).
 //! State-changing CLI commands go through it while a gateway runs, so the CLI and the
 //! gateway never fight over the store.
 
@@ -34,33 +35,33 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The admin token, created when missing; the file is kept at mode 0600 (readable by the
-/// gateway's user only) even if it was found otherwise. Registered as a secret: a command
-/// the agent runs can read the file, but what it reads never reaches a log or a reply.
+/// A new admin token for this run of the gateway, written to `admin.token` at mode 0600
+/// (readable by the gateway's user only). New at every start: a token from an earlier run
+/// (sent to a stale `admin.addr` by a CLI after a crash, where another program may listen
+/// now) opens nothing. Registered as a secret: a command the agent runs can read the file,
+/// but what it reads never reaches a log or a reply.
 pub fn token(data_dir: &Path) -> std::io::Result<String> {
-    let t = read_or_create_token(data_dir)?;
+    let t = new_token(data_dir)?;
     switchboard_channel::redact::register(&t);
     Ok(t)
 }
 
-fn read_or_create_token(data_dir: &Path) -> std::io::Result<String> {
+fn new_token(data_dir: &Path) -> std::io::Result<String> {
     let path = data_dir.join(TOKEN_FILE);
-    if let Ok(t) = std::fs::read_to_string(&path) {
-        if !t.trim().is_empty() {
-            owner_only(&path)?;
-            return Ok(t.trim().to_string());
-        }
-    }
     let t: String = (0..32)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
         .collect();
     std::fs::create_dir_all(data_dir)?;
+    // Written whole under another name, then renamed: a CLI never reads half a token.
+    let fresh = data_dir.join(format!("{TOKEN_FILE}.new"));
+    let _ = std::fs::remove_file(&fresh);
     let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
+    opts.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    std::io::Write::write_all(&mut opts.open(&path)?, t.as_bytes())?;
-    owner_only(&path)?;
+    std::io::Write::write_all(&mut opts.open(&fresh)?, t.as_bytes())?;
+    owner_only(&fresh)?;
+    std::fs::rename(&fresh, &path)?;
     Ok(t)
 }
 

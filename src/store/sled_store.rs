@@ -90,7 +90,16 @@ impl SledStore {
         syncs: Arc<Histogram>,
         timing: Timing,
     ) -> Result<Self, StoreError> {
+        // Which folder, when it fails (a read-only or someone else's data dir).
+        Self::open_in(dir, syncs, timing).map_err(|e| match e {
+            StoreError::Backend(m) => StoreError::Backend(format!("{}: {m}", dir.display())),
+            other => other,
+        })
+    }
+
+    fn open_in(dir: &Path, syncs: Arc<Histogram>, timing: Timing) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(backend)?;
+        owner_only(dir).map_err(backend)?;
         let config = sled::Config::new()
             .path(dir.join("store"))
             // Durability comes from the journal; sled is flushed at checkpoints.
@@ -186,6 +195,18 @@ impl SledStore {
 
 fn tree_of(trees: &[sled::Tree], t: Tree) -> &sled::Tree {
     &trees[Tree::ALL.iter().position(|x| *x == t).unwrap_or(0)]
+}
+
+/// The data folder holds every conversation, the inbox and the admin token: readable by
+/// the gateway's user only (mode 0700), also when an older version made it 0755.
+fn owner_only(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        tracing::info!(dir = %dir.display(), "data folder made readable by its owner only");
+    }
+    Ok(())
 }
 
 pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {

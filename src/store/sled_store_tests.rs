@@ -362,3 +362,23 @@ async fn a_second_open_reports_locked() {
         Ok(_) => panic!("expected Locked, got a second handle"),
     }
 }
+
+#[test]
+fn the_data_folder_is_its_owners_only_and_a_failure_names_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    drop(SledStore::open(&data).unwrap());
+    let mode = std::fs::metadata(&data).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    // A file where the folder should be.
+    let blocked = dir.path().join("blocked");
+    std::fs::write(&blocked, "").unwrap();
+    let e = SledStore::open(&blocked)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains(&blocked.display().to_string()), "{e}");
+}

@@ -1,0 +1,202 @@
+//! Tests of config loading and validation.
+
+use super::*;
+
+fn err(text: &str) -> String {
+    load_str(text, Path::new("/base")).unwrap_err().to_string()
+}
+
+#[test]
+fn defaults_load_and_paths_resolve() {
+    let l = load_str("", Path::new("/etc/sb")).unwrap();
+    assert_eq!(l.config.gateway.data_dir, PathBuf::from("/etc/sb/data"));
+    assert!(l.warnings.is_empty());
+}
+
+#[test]
+fn http_listen_takes_an_address_or_a_host_name_with_a_port() {
+    let addr = |v: &str| {
+        load_str(&format!("[gateway]\nhttp_listen = {v:?}"), Path::new("/b"))
+            .map(|l| l.config.gateway.http_addr())
+    };
+    assert_eq!(
+        addr("[::1]:8080").unwrap(),
+        Some("[::1]:8080".parse().unwrap())
+    );
+    assert_eq!(
+        addr("localhost:8080").unwrap(),
+        Some("127.0.0.1:8080".parse().unwrap())
+    );
+    assert_eq!(addr("").unwrap(), None);
+    for bad in [
+        "localhost",
+        "localhost:http",
+        "localhost:70000",
+        ":8080",
+        "8080",
+    ] {
+        let e = addr(bad).unwrap_err().to_string();
+        assert!(e.starts_with("gateway.http_listen: expected"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn each_invalid_class_names_the_key_path() {
+    let cases = [
+        (
+            "[agent]\nmax_iterations = \"x\"",
+            "agent.max_iterations: expected an integer",
+        ),
+        ("[agent]\nmax_iterations = -1", "agent.max_iterations"),
+        (
+            "[agent]\nmax_iterations = 0",
+            "agent.max_iterations: must be at least 1",
+        ),
+        (
+            "[agent]\ntool_timeout = \"soon\"",
+            "agent.tool_timeout: expected a duration",
+        ),
+        (
+            "[llm]\nprovider = \"gemini\"",
+            "llm.provider: unknown variant",
+        ),
+        (
+            "[gateway]\ntimezone = \"Europe/Berln\"",
+            "gateway.timezone: unknown timezone \"Europe/Berln\" (did you mean \"Europe/Berlin\"?)",
+        ),
+        ("[gateway]\nhttp_listen = \"nope\"", "gateway.http_listen"),
+        (
+            "[channels.telegram]\ndm_policy = \"everyone\"",
+            "channels.telegram.dm_policy: unknown variant",
+        ),
+        (
+            "[channels.slack]\nreply_in_thread = \"yes\"",
+            "channels.slack.reply_in_thread: expected true or false",
+        ),
+        (
+            "[heartbeat]\nactive_hours = \"8-22\"",
+            "heartbeat.active_hours",
+        ),
+        ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
+        (
+            "[heartbeat]\ntarget = \"api:default\"",
+            "heartbeat.target: \"api:default\" only gets the answers",
+        ),
+        (
+            "[heartbeat]\ntarget = \"cli:local\"",
+            "heartbeat.target: \"cli:local\"",
+        ),
+        ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
+        (
+            "[llm]\nprovider = \"anthropic\"",
+            "llm.base_url: \"https://api.openai.com/v1\" is OpenAI's; with provider = \"anthropic\"",
+        ),
+        (
+            "[channels.discord]\nallow_from = [\"\"]",
+            "channels.discord.allow_from[0]",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = err(text);
+        assert!(
+            e.starts_with(want) || e.contains(want),
+            "{text:?} gave {e:?}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_warn_with_a_suggestion() {
+    let l = load_str("[agent]\nmax_iteration = 5\n[extra]\nx = 1", Path::new(".")).unwrap();
+    assert_eq!(l.config.agent.max_iterations, 20);
+    assert!(
+        l.warnings
+            .iter()
+            .any(|w| w.contains("`agent.max_iteration`")
+                && w.contains("did you mean `max_iterations`")),
+        "{:?}",
+        l.warnings
+    );
+    assert!(l.warnings.iter().any(|w| w.contains("`extra`")));
+}
+
+#[test]
+fn a_secret_written_into_the_file_is_pointed_at_its_env_key() {
+    let l = load_str(
+        "[channels.telegram]\ntoken = \"123456:AAsecret\"\n[llm]\napi_key = \"sk-secret\"",
+        Path::new("."),
+    )
+    .unwrap();
+    for key in ["channels.telegram.token", "llm.api_key"] {
+        assert!(
+            l.warnings.iter().any(|w| w.contains(&format!(
+                "`{key}` is ignored: secrets are read only from the environment; put it in \
+                 an environment variable and name that in `{key}_env`"
+            ))),
+            "{:?}",
+            l.warnings
+        );
+    }
+    // The value itself is never repeated.
+    assert!(
+        !l.warnings
+            .iter()
+            .any(|w| w.contains("sk-secret") || w.contains("AAsecret"))
+    );
+}
+
+#[test]
+fn syntax_errors_are_reported_without_repeating_the_line() {
+    assert!(err("[agent\n").starts_with("config file is not valid TOML"));
+    // Unquoted, so not TOML: the line may hold a secret pasted in the wrong place.
+    let e = err("[llm]\napi_key_env = sk-abcdef123456\n");
+    assert!(e.contains("line 2, column"), "{e}");
+    assert!(!e.contains("abcdef"), "{e}");
+}
+
+#[test]
+fn a_key_pasted_as_a_variable_name_is_refused_without_repeating_it() {
+    for key in [
+        "gsk_4fQk9ZPz7Yx2Lm8Nb3Vc6Xd1",
+        "hf_AbCdEfGhIjKlMnOpQrStUv",
+        "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9",
+        "f0123456789abcdef0123456789abcdef012",
+    ] {
+        let e = err(&format!("[llm]\napi_key_env = \"{key}\"\n"));
+        assert!(
+            e.contains("llm.api_key_env: looks like a key itself"),
+            "{e}"
+        );
+        assert!(!e.contains(&key[..8]), "{e}");
+    }
+    for name in [
+        "OPENAI_API_KEY",
+        "GROQ_API_KEY",
+        "my_key",
+        "TELEGRAM_BOT_TOKEN_2",
+    ] {
+        let text = format!("[llm]\napi_key_env = \"{name}\"\n");
+        assert!(load_str(&text, Path::new("/base")).is_ok(), "{name}");
+    }
+}
+
+#[test]
+fn a_heartbeat_target_on_an_unknown_channel_warns_and_a_huge_turn_limit_is_refused() {
+    let l = load_str(
+        "[heartbeat]\ntarget = \"telegarm:123456\"\n",
+        Path::new("/b"),
+    )
+    .unwrap();
+    assert!(
+        l.warnings.iter().any(|w| w.starts_with(
+            "heartbeat.target: this build has no channel named \"telegarm\" (did you mean `telegram`?)"
+        )),
+        "{:?}",
+        l.warnings
+    );
+    let e = err("[gateway]\nmax_concurrent_turns = 9223372036854775807\n");
+    assert!(
+        e.contains("gateway.max_concurrent_turns: must be between 1 and 100000"),
+        "{e}"
+    );
+}
