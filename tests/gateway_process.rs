@@ -460,3 +460,71 @@ fn journal_bytes(env: &Env) -> u64 {
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_asks_each_platform_whether_it_accepts_the_token() {
+    use switchboard_fakes::discord::FakeDiscord;
+    use switchboard_fakes::slack::{BOT_TOKEN, FakeSlack};
+    use switchboard_fakes::telegram::FakeTelegram;
+    let llm = FakeLlm::start().await;
+    let tg = FakeTelegram::start().await;
+    let dc = FakeDiscord::start("doctor-discord-token-0123").await;
+    let sl = FakeSlack::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    let text = format!(
+        "[llm]\nbase_url = \"{}\"\napi_key_env = \"\"\n\
+         [channels.telegram]\nenabled = true\napi_url = \"{}\"\ntoken_env = \"SB_DR_TG\"\n\
+         [channels.discord]\nenabled = true\napi_url = \"{}\"\ntoken_env = \"SB_DR_DC\"\n\
+         [channels.slack]\nenabled = true\napi_url = \"{}\"\nbot_token_env = \"SB_DR_SL\"\n\
+         app_token_env = \"SB_DR_APP\"\n",
+        llm.base_url(),
+        tg.url(),
+        dc.base_url,
+        sl.api_url()
+    );
+    std::fs::write(&config, text).unwrap();
+    let (ok, out) = doctor(
+        &config,
+        &[
+            ("SB_DR_TG", tg.token()),
+            ("SB_DR_DC", "doctor-discord-token-0123"),
+            ("SB_DR_SL", BOT_TOKEN),
+            ("SB_DR_APP", "xapp-doctor-app-token"),
+        ],
+    );
+    assert!(ok, "{out}");
+    let bot = tg.bot_username().to_string();
+    for line in [
+        format!("ok   telegram: the platform accepts the token (@{bot})"),
+        "ok   discord: the platform accepts the token (switchboard)".to_string(),
+        "ok   slack: the platform accepts the token (switchboard in Fake Team)".to_string(),
+    ] {
+        assert!(out.contains(&line), "{line}\n{out}");
+    }
+    // Wrong tokens: refused, each named, none repeated.
+    let wrong = [
+        ("SB_DR_TG", "123456:wrong-telegram-token"),
+        ("SB_DR_DC", "wrong-discord-token-0123"),
+        ("SB_DR_SL", "xoxb-wrong-slack-token"),
+        ("SB_DR_APP", "xapp-doctor-app-token"),
+    ];
+    let (ok, out) = doctor(&config, &wrong);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("FAIL telegram: the platform refused the token (HTTP 401)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("FAIL discord: the platform refused the token (HTTP 401)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("FAIL slack: Slack refused the bot token (invalid_auth)"),
+        "{out}"
+    );
+    assert!(out.contains("3 problem(s) found"), "{out}");
+    for (_, token) in wrong {
+        assert!(!out.contains(token), "{token} in\n{out}");
+    }
+}

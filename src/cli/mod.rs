@@ -16,6 +16,7 @@ macro_rules! out {
 
 mod admin_client;
 mod commands;
+mod doctor;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -195,7 +196,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Config {
             action: ConfigAction::Check,
         } => commands::config_check(&loaded),
-        Command::Doctor => commands::doctor(&loaded).await,
+        Command::Doctor => doctor::doctor(&loaded).await,
         Command::Pairing { action } => commands::pairing(&loaded, action).await,
         Command::Sessions { action } => commands::sessions(&loaded, action).await,
         Command::Cron { action } => commands::cron(&loaded, action).await,
