@@ -40,6 +40,8 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
     let mut writes = Batch::default();
     let text = match switchboard_channel::command_name(&only.text)?.as_str() {
         "new" | "reset" => {
+            // What the old conversation set going would report into the new one.
+            agent.stop_subagents(&turn.key);
             Session::reset(&turn.key, &mut writes);
             "Started a fresh conversation.".to_string()
         }

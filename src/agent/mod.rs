@@ -247,6 +247,11 @@ impl Agent {
         reg
     }
 
+    /// Stop the running sub-agents of `key` (`/stop`, `/new`); how many there were.
+    pub(crate) fn stop_subagents(&self, key: &ChatKey) -> usize {
+        self.subagents.get().map_or(0, |s| s.stop_chat(key))
+    }
+
     /// A reply to `last`: `in_reply_to_inbound` is its id, `reply_to` its platform id.
     fn reply(
         last: &InboundMessage,
@@ -269,5 +274,8 @@ impl Agent {
 impl TurnHandler for Agent {
     async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
         self.run_turn(turn).await
+    }
+    fn stop_background(&self, key: &ChatKey) -> bool {
+        self.stop_subagents(key) > 0
     }
 }

@@ -13,6 +13,44 @@ use crate::bus::{Interrupted, TurnInput, TurnOutput};
 use crate::llm::{ChatMessage, Role};
 use crate::store::{Batch, Tree};
 
+/// Longest sub-agent result quoted when the model said nothing about it, in characters.
+const SUBAGENT_QUOTE_CHARS: usize = 1500;
+
+/// A reminder the model did not word: in the words it was set with, and `why`.
+fn reminder_fallback(last: &InboundMessage, why: &str) -> String {
+    format!("⏰ Reminder: {}\n\n({why}.)", last.text.trim())
+}
+
+/// A sub-agent's result the model said nothing about: the result itself, cut if long.
+fn subagent_fallback(last: &InboundMessage) -> String {
+    let body = last.text.trim();
+    let quoted: String = body.chars().take(SUBAGENT_QUOTE_CHARS).collect();
+    let cut = if quoted.len() < body.len() { "…" } else { "" };
+    format!("A background task I started has finished:\n\n{quoted}{cut}")
+}
+
+/// What goes to the chat when the model answered nothing, after `produced`. Never a
+/// silent drop: a person who wrote is told, a reminder or a sub-agent's result still
+/// reaches its chat, unless the turn's tools did the work (a `message` sent; for a person,
+/// any tool). A heartbeat with nothing to say stays silent, as designed.
+fn empty_answer_fallback(last: &InboundMessage, produced: &[ChatMessage]) -> Option<String> {
+    let calls = || produced.iter().flat_map(|m| &m.tool_calls);
+    let sent_itself = calls().any(|c| c.name == "message");
+    match &last.origin {
+        Origin::User if calls().next().is_none() => {
+            Some("⚠️ The language model gave an empty answer. Please try again.".into())
+        }
+        Origin::System(SystemOrigin::Cron { .. }) if !sent_itself => Some(reminder_fallback(
+            last,
+            "The language model gave an empty answer, so here it is as it was set",
+        )),
+        Origin::System(SystemOrigin::Subagent { .. }) if !sent_itself => {
+            Some(subagent_fallback(last))
+        }
+        _ => None,
+    }
+}
+
 impl Agent {
     /// The user turn as the model sees it.
     pub(super) fn user_content(messages: &[InboundMessage]) -> String {
@@ -182,13 +220,26 @@ impl Agent {
             resume::clear(key, &mut writes);
         }
         let (reply, kind) = match end {
-            // Never a silent drop: a person who wrote gets told the model said nothing.
-            LoopEnd::Answer(text)
-                if text.trim().is_empty() && last.origin == Origin::User && !used_tools =>
-            {
-                tracing::warn!(%key, "the model answered nothing");
-                let text = "⚠️ The language model gave an empty answer. Please try again.";
-                return Ok(self.failed(last, text, Some(state.usage), writes));
+            // Never a silent drop: a person who wrote gets told the model said nothing, a
+            // reminder or a sub-agent's result still reaches its chat. (A heartbeat with
+            // nothing to say stays silent, as designed.)
+            LoopEnd::Answer(text) if text.trim().is_empty() => {
+                match empty_answer_fallback(last, &state.produced) {
+                    Some(text) => {
+                        tracing::warn!(%key, "the model answered nothing");
+                        if used_tools {
+                            self.store_session(
+                                &mut session,
+                                user,
+                                state.produced,
+                                key,
+                                &mut writes,
+                            );
+                        }
+                        return Ok(self.failed(last, text, Some(state.usage), writes));
+                    }
+                    None => (text, OutboundKind::Final),
+                }
             }
             LoopEnd::Answer(text) => (text, OutboundKind::Final),
             LoopEnd::Limit(text) => (text, OutboundKind::Final),
@@ -234,12 +285,12 @@ impl Agent {
                         });
                     }
                     // The reminder still reaches its chat, in the words it was set with.
-                    Origin::System(SystemOrigin::Cron { .. }) => format!(
-                        "⏰ Reminder: {}
-
-(I couldn't reach the language model to word it: {}.)",
-                        last.text.trim(),
-                        e.brief()
+                    Origin::System(SystemOrigin::Cron { .. }) => reminder_fallback(
+                        last,
+                        &format!(
+                            "I couldn't reach the language model to word it: {}",
+                            e.brief()
+                        ),
                     ),
                     _ => format!(
                         "⚠️ Sorry, I couldn't get an answer from the language model ({}). {}",

@@ -68,6 +68,11 @@ pub struct Interrupted;
 #[async_trait]
 pub trait TurnHandler: Send + Sync + 'static {
     async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted>;
+    /// `/stop` in `key`: stop the chat's work outside its turns (its sub-agents); whether
+    /// there was any.
+    fn stop_background(&self, _key: &ChatKey) -> bool {
+        false
+    }
 }
 
 /// Why a publish failed. The adapter must not acknowledge upstream.
@@ -427,7 +432,8 @@ impl Bus {
                 None => false,
             }
         };
-        let text = if cancelled || dropped {
+        let background = self.handler().is_some_and(|h| h.stop_background(&msg.key));
+        let text = if cancelled || dropped || background {
             "Stopped."
         } else {
             "Nothing is running."

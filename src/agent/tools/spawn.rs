@@ -1,14 +1,16 @@
 //! `spawn`: a background sub-agent with its own session, read-only tools and no `spawn` or
-//! `message`, at most [`MAX_SUBAGENTS`] at once. Its result is published back onto the bus
-//! as a `System(Subagent)` message for the parent chat, so the parent agent tells the user.
+//! `message`, at most [`MAX_SUBAGENTS`] at once and [`MAX_PER_CHAT`] per chat. Its result is
+//! published back onto the bus as a `System(Subagent)` message for the parent chat, so the
+//! parent agent tells the user. `/stop` and `/new` in that chat stop it: it posts nothing.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use switchboard_channel::{InboundMessage, Origin, Sender, SystemOrigin};
-use tokio::sync::Semaphore;
+use switchboard_channel::{ChatKey, InboundMessage, Origin, Sender, SystemOrigin};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::Registry;
@@ -21,6 +23,11 @@ use crate::metrics::Metrics;
 
 /// Most sub-agents running at once (gateway-wide).
 pub const MAX_SUBAGENTS: usize = 5;
+/// Most sub-agents running at once for one chat, so one chat cannot take every slot.
+pub const MAX_PER_CHAT: usize = 2;
+
+/// The running sub-agents of each chat: id and stop token (a child of the shutdown token).
+type RunningByChat = HashMap<ChatKey, Vec<(String, CancellationToken)>>;
 
 /// Everything a sub-agent run needs; shared by every `spawn` tool instance.
 pub struct Subagents {
@@ -34,6 +41,7 @@ pub struct Subagents {
     /// Where the sub-agents run (see `Agent::with_tasks`).
     pub tasks: tokio_util::task::TaskTracker,
     pub slots: Arc<Semaphore>,
+    running: Mutex<RunningByChat>,
     next: AtomicU64,
 }
 
@@ -64,17 +72,81 @@ impl Subagents {
             shutdown,
             tasks,
             slots: Arc::new(Semaphore::new(MAX_SUBAGENTS)),
+            running: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
         }
     }
 
-    async fn run(self: Arc<Self>, id: String, task: String, parent: ToolContext) {
+    /// Stop the running sub-agents of `key` (`/stop`, `/new`); how many there were.
+    pub fn stop_chat(&self, key: &ChatKey) -> usize {
+        let stopped = self.lock_running().remove(key).unwrap_or_default();
+        for (id, token) in &stopped {
+            tracing::info!(%id, %key, "sub-agent stopped by its chat");
+            token.cancel();
+        }
+        stopped.len()
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, RunningByChat> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take a slot for a sub-agent of `key`: its id and stop token, or why there is none.
+    fn admit(
+        &self,
+        key: &ChatKey,
+    ) -> Result<(String, CancellationToken, OwnedSemaphorePermit), ToolError> {
+        let mut running = self.lock_running();
+        let of_chat = running.get(key).map_or(0, Vec::len);
+        if of_chat >= MAX_PER_CHAT {
+            return Err(ToolError::Failed(format!(
+                "this chat already has {of_chat} sub-agents running (at most {MAX_PER_CHAT}); wait for one to finish"
+            )));
+        }
+        let permit = self.slots.clone().try_acquire_owned().map_err(|_| {
+            ToolError::Failed(format!(
+                "{MAX_SUBAGENTS} sub-agents are already running; wait for one to finish"
+            ))
+        })?;
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        // Random part: result ids must stay unique across restarts (the bus dedups by id).
+        let id = format!("{:08x}-{n}", rand::random::<u32>());
+        let token = self.shutdown.child_token();
+        running
+            .entry(key.clone())
+            .or_default()
+            .push((id.clone(), token.clone()));
+        Ok((id, token, permit))
+    }
+
+    /// Forget the sub-agent `id` of `key`, which ended; `false` when its chat stopped it.
+    fn finish(&self, key: &ChatKey, id: &str) -> bool {
+        let mut running = self.lock_running();
+        let Some(list) = running.get_mut(key) else {
+            return false;
+        };
+        let before = list.len();
+        list.retain(|(i, _)| i != id);
+        let found = list.len() < before;
+        if list.is_empty() {
+            running.remove(key);
+        }
+        found
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        id: String,
+        task: String,
+        parent: ToolContext,
+        cancel: CancellationToken,
+    ) {
         let ctx = ToolContext {
             key: parent.key.clone(),
             sender_is_owner: false,
             workspace: parent.workspace.clone(),
             restrict_to_workspace: true,
-            cancel: self.shutdown.child_token(),
+            cancel,
         };
         let spec = LoopSpec {
             model: self.config.llm.model.clone(),
@@ -106,6 +178,12 @@ impl Subagents {
             None,
         )
         .await;
+        if !self.finish(&parent.key, &id) {
+            // `/stop` or `/new` in its chat: the user asked for it to end, and the bus (or
+            // the command) already answered; a result, or a note the agent would be asked
+            // to word, would undo that.
+            return;
+        }
         let text = match end {
             LoopEnd::Answer(t) if !t.trim().is_empty() => t,
             LoopEnd::Answer(_) => "(the sub-agent gave no answer)".into(),
@@ -159,24 +237,12 @@ impl Tool for Spawn {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let task = args["task"].as_str().unwrap_or_default().to_string();
-        let permit = self
-            .subagents
-            .slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| {
-                ToolError::Failed(format!(
-                    "{MAX_SUBAGENTS} sub-agents are already running; wait for one to finish"
-                ))
-            })?;
-        let n = self.subagents.next.fetch_add(1, Ordering::Relaxed);
-        // Random part: result ids must stay unique across restarts (the bus dedups by id).
-        let id = format!("{:08x}-{n}", rand::random::<u32>());
+        let (id, cancel, permit) = self.subagents.admit(&ctx.key)?;
         let subs = self.subagents.clone();
         let parent = ctx.clone();
         let sid = id.clone();
         self.subagents.tasks.spawn(async move {
-            subs.run(sid, task, parent).await;
+            subs.run(sid, task, parent, cancel).await;
             drop(permit);
         });
         Ok(format!(
