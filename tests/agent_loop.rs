@@ -162,13 +162,11 @@ async fn steering_is_in_the_request_but_never_stored_or_shown() {
     let out = turn(&h.agent(), &h.store, m).await;
     let body = &h.llm.requests()[0].body;
     let msgs = messages(body);
-    let last_user = msgs.iter().rposition(|m| m["role"] == "user").unwrap();
-    let steer: Vec<&str> = msgs[..last_user]
-        .iter()
-        .filter(|m| m["role"] == "system")
-        .skip(1)
-        .map(|m| m["content"].as_str().unwrap())
-        .collect();
+    // One system message, first (strict chat templates take no other): steering goes
+    // after the system prompt.
+    let systems = msgs.iter().filter(|m| m["role"] == "system").count();
+    assert_eq!((systems, &msgs[0]["role"]), (1, &json!("system")));
+    let steer: Vec<&str> = msgs[0]["content"].as_str().unwrap().split("\n\n").collect();
     assert!(
         steer.iter().any(|s| s.starts_with("Telegram:")),
         "{steer:?}"

@@ -65,7 +65,9 @@ pub enum LoopEnd {
     Failed(LlmError),
 }
 
-/// Put steering messages before the last user message of `history`.
+/// Put steering messages before the last user message of `history`, as `Role::System`
+/// messages that each provider places as its dialect allows (OpenAI-compatible servers get
+/// them in the one system message, Anthropic in the user's turn).
 fn with_steering(history: Vec<ChatMessage>, steering: &[String]) -> Vec<ChatMessage> {
     if steering.is_empty() {
         return history;

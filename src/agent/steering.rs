@@ -1,6 +1,7 @@
 //! Steering: short ephemeral guidance messages chosen by channel and situation. They are
-//! inserted before the last user message of the request, never stored and never shown.
-//! Each generator is a small function returning `Option<String>`.
+//! inserted before the last user message of the request (where each provider's dialect
+//! allows: see `run::with_steering`), never stored and never shown. Each generator is a
+//! small function returning `Option<String>`.
 
 use switchboard_channel::{Origin, SystemOrigin};
 

@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::openai::{classify, send_checked, transport};
+use super::http::{self, classify};
 use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, ToolCall, sse};
 
 /// The API version header every request carries.
@@ -33,6 +32,9 @@ pub struct Anthropic {
     http: reqwest::Client,
     url: String,
     api_key: Option<String>,
+    /// `llm.request_timeout`: the longest wait for an answer's headers, and for each piece
+    /// of its stream.
+    limit: Duration,
 }
 
 impl Anthropic {
@@ -42,11 +44,16 @@ impl Anthropic {
         api_key: Option<String>,
         timeout: Duration,
     ) -> Result<Self, LlmError> {
-        let http = super::openai::client(timeout)?;
+        let http = http::client()?;
         let url = endpoint(base_url, "messages");
-        // Error bodies are scrubbed of it from now on (see `openai::classify`).
+        // Error bodies are scrubbed of it from now on (see `http::classify`).
         switchboard_channel::redact::register(api_key.as_deref().unwrap_or_default());
-        Ok(Self { http, url, api_key })
+        Ok(Self {
+            http,
+            url,
+            api_key,
+            limit: timeout,
+        })
     }
 
     /// The request body for `req`: always a streamed answer (DESIGN §5), whether or not
@@ -264,13 +271,12 @@ impl LlmProvider for Anthropic {
     ) -> Result<LlmResponse, LlmError> {
         let rb =
             with_headers(self.http.post(&self.url), self.api_key.as_deref()).json(&Self::body(req));
-        let resp = send_checked(rb).await?;
+        let resp = http::send_checked(rb, self.limit).await?;
         let on_delta = on_delta.unwrap_or_else(|| Arc::new(|_: &str| {}));
         let mut asm = Assembly::default();
         let mut parser = sse::Parser::default();
         let mut body = resp.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(transport)?;
+        while let Some(chunk) = http::next_chunk(&mut body, self.limit).await? {
             for ev in parser.push(&chunk) {
                 asm.apply(&ev, &on_delta)?;
             }

@@ -4,10 +4,12 @@
 //! - [`anthropic`]: the Anthropic Messages API.
 //! - [`resilient`]: retries with backoff, fallback models and cool-downs, wrapping either.
 //! - [`sse`]: the server-sent-events line splitter both providers stream with.
+//! - `http`: the client, time limits and error classification both providers share.
 //!
 //! Retries, fallbacks and cool-downs wrap a provider rather than living inside it.
 
 pub mod anthropic;
+mod http;
 pub mod openai;
 pub mod resilient;
 pub mod sse;
@@ -113,6 +115,10 @@ pub enum LlmError {
     /// The prompt is larger than the model's context window.
     #[error("the conversation is too long for the model's context window")]
     ContextOverflow,
+    /// The account has no quota or credit left (OpenAI's 429 `insufficient_quota`, a 402):
+    /// waiting does not help, paying does.
+    #[error("the model provider's quota or credit is used up: HTTP {status}: {detail}")]
+    QuotaExhausted { status: u16, detail: String },
     /// Refused for good (bad key, bad request).
     #[error("model provider refused the request: {}{detail}", .status.map(|s| format!("HTTP {s}: ")).unwrap_or_default())]
     Refused { status: Option<u16>, detail: String },
@@ -129,6 +135,9 @@ impl LlmError {
             LlmError::RateLimited { .. } => "the model provider is rate limiting requests".into(),
             LlmError::Unavailable(_) => "the model provider is unavailable".into(),
             LlmError::ContextOverflow => "the conversation is too long for the model".into(),
+            LlmError::QuotaExhausted { .. } => {
+                "the gateway's account at the model provider has no quota or credit left".into()
+            }
             LlmError::Refused {
                 status: Some(s), ..
             } => format!("the model provider refused the request, HTTP {s}"),
@@ -151,6 +160,9 @@ impl LlmError {
                 status: Some(404), ..
             } => {
                 "The provider does not know the model: the gateway's owner should check llm.model."
+            }
+            LlmError::QuotaExhausted { .. } => {
+                "Retrying will not help: the gateway's owner should check the billing with the provider."
             }
             LlmError::Refused { .. } | LlmError::Protocol(_) => {
                 "The gateway's log has the details for its owner."

@@ -20,7 +20,9 @@
 //! [`Reply::error`] verbatim), latency ([`Reply::with_delay`], [`FakeLlm::set_delay`],
 //! [`Reply::with_chunk_delay`] between SSE events), broken streams
 //! ([`Reply::with_stream_error_after`], [`Reply::with_disconnect_after`]), a required API
-//! key ([`FakeLlm::require_api_key`]). Scripts are consumed only by requests the real API
+//! key ([`FakeLlm::require_api_key`]), models that refuse `max_tokens`
+//! ([`FakeLlm::refuse_max_tokens`]), Ollama's way of streaming parallel tool calls
+//! ([`Reply::with_ollama_tool_calls`]). Scripts are consumed only by requests the real API
 //! would accept (a request without `model`, or Anthropic without `max_tokens`, gets a 400
 //! and leaves the queues alone).
 //!
@@ -99,6 +101,8 @@ struct State {
     models: Vec<String>,
     chunk_chars: usize,
     api_key: Option<Arc<str>>,
+    /// Models that refuse `max_tokens` ([`FakeLlm::refuse_max_tokens`]).
+    no_max_tokens: Vec<String>,
 }
 
 /// State shared by the handle(s) and the server task.
@@ -166,6 +170,7 @@ impl FakeLlm {
                 models: vec!["gpt-4o-mini".into(), "claude-sonnet-4-5".into()],
                 chunk_chars: 8,
                 api_key: None,
+                no_max_tokens: Vec::new(),
             }),
             count: watch::Sender::new(0),
             recording: AtomicBool::new(true),
@@ -249,6 +254,13 @@ impl FakeLlm {
     /// key gets the provider's 401. `None` (the default) accepts any key.
     pub fn require_api_key(&self, key: Option<&str>) {
         self.shared.lock().api_key = key.map(Arc::from);
+    }
+
+    /// OpenAI requests for `model` that carry `max_tokens` get OpenAI's 400
+    /// `unsupported_parameter` ("Use 'max_completion_tokens' instead"), as OpenAI's
+    /// o-series and gpt-5 models answer.
+    pub fn refuse_max_tokens(&self, model: &str) {
+        self.shared.lock().no_max_tokens.push(model.to_owned());
     }
 
     /// Model ids listed by `GET /v1/models`.

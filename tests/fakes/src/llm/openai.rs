@@ -24,10 +24,13 @@ pub(super) fn stream_error_event() -> String {
 }
 
 /// Rejects what the real API rejects before generating anything.
+/// `refuses_max_tokens`: the model is one of those ([`super::FakeLlm::refuse_max_tokens`])
+/// that take their limit in `max_completion_tokens` only, as OpenAI's o-series and gpt-5.
 pub(super) fn validate(
     headers: &HeaderMap,
     body: &Value,
     api_key: Option<&str>,
+    refuses_max_tokens: bool,
 ) -> Option<Rendered> {
     if let Some(key) = api_key {
         let sent = headers.get("authorization").and_then(|v| v.to_str().ok());
@@ -55,6 +58,17 @@ pub(super) fn validate(
     }
     if !body.get("messages").is_some_and(Value::is_array) {
         return invalid("Missing required parameter: 'messages'.", Some("messages"));
+    }
+    if refuses_max_tokens && body.get("max_tokens").is_some() {
+        let message = "Unsupported parameter: 'max_tokens' is not supported with this model. \
+                       Use 'max_completion_tokens' instead.";
+        let body = error_body(
+            "invalid_request_error",
+            message,
+            Some("unsupported_parameter"),
+            Some("max_tokens"),
+        );
+        return Some(Rendered::json(400, body));
     }
     None
 }
@@ -85,7 +99,9 @@ pub(super) fn render(reply: &Reply, ctx: &Ctx<'_>) -> Rendered {
             });
             let usage = json!({"prompt_tokens": prompt, "completion_tokens": completion,
                                "total_tokens": prompt + completion});
-            let body = if ctx.stream {
+            let body = if ctx.stream && reply.ollama_calls {
+                Rendering::Events(ollama_stream(ctx, text, tool_calls, finish, usage))
+            } else if ctx.stream {
                 Rendering::Events(stream(ctx, text, tool_calls, finish, usage))
             } else {
                 Rendering::Json(whole(ctx, text, tool_calls, finish, usage))
@@ -208,6 +224,33 @@ fn stream(
         }
         _ => {}
     }
+    events(ctx, deltas, finish, usage)
+}
+
+/// The chunks of [`Reply::with_ollama_tool_calls`]: text in pieces, then each tool call
+/// whole in its own chunk, all at `index: 0`; `role` and `content` on every chunk.
+fn ollama_stream(
+    ctx: &Ctx<'_>,
+    text: &str,
+    calls: &[ToolCall],
+    finish: &str,
+    usage: Value,
+) -> Vec<String> {
+    let mut deltas: Vec<Value> = split_chars(text, ctx.chunk_chars)
+        .map(|piece| json!({"role": "assistant", "content": piece}))
+        .collect();
+    for (index, call) in calls.iter().enumerate() {
+        deltas.push(json!({"role": "assistant", "content": "", "tool_calls": [{
+            "id": call_id(ctx, index, call), "index": 0, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }]}));
+    }
+    events(ctx, deltas, finish, usage)
+}
+
+/// `deltas` as `chat.completion.chunk` events, then the finish chunk, the usage chunk (if
+/// asked) and `[DONE]`.
+fn events(ctx: &Ctx<'_>, deltas: Vec<Value>, finish: &str, usage: Value) -> Vec<String> {
     let id = format!("chatcmpl-fake{}", ctx.id);
     let chunk = |choices: Value, usage: Value| {
         let mut chunk = json!({"id": id, "object": "chat.completion.chunk", "created": ctx.created,

@@ -30,6 +30,9 @@ pub struct Reply {
     pub(crate) stream_fault: Option<(usize, StreamFault)>,
     /// SSE comment lines (`: keep-alive`) are mixed into a streamed answer.
     pub(crate) sse_comments: bool,
+    /// OpenAI stream: tool calls come as Ollama sends them (see
+    /// [`Reply::with_ollama_tool_calls`]).
+    pub(crate) ollama_calls: bool,
 }
 
 /// How a streamed answer breaks.
@@ -127,6 +130,7 @@ impl Reply {
             retry_after: None,
             stream_fault: None,
             sse_comments: false,
+            ollama_calls: false,
         }
     }
 
@@ -254,6 +258,15 @@ impl Reply {
     /// the first event and between events; SSE clients must ignore them.
     pub fn with_sse_comments(mut self) -> Self {
         self.sse_comments = true;
+        self
+    }
+
+    /// When streamed by the OpenAI endpoint, sends tool calls as Ollama's OpenAI
+    /// compatibility does: each call whole (id, name and all its arguments) in a chunk of
+    /// its own, every one with `index: 0` (ollama/ollama#15457), and `role` and `content`
+    /// repeated on every chunk.
+    pub fn with_ollama_tool_calls(mut self) -> Self {
+        self.ollama_calls = true;
         self
     }
 

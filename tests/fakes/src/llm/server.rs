@@ -132,8 +132,17 @@ async fn complete(
         .and_then(Value::as_bool)
         == Some(true);
 
-    let api_key = shared.lock().api_key.clone();
-    let invalid = validate(provider, &headers, &body, api_key.as_deref());
+    let (api_key, refuses_max_tokens) = {
+        let state = shared.lock();
+        let refuses = state.no_max_tokens.contains(&model);
+        (state.api_key.clone(), refuses)
+    };
+    let invalid = match provider {
+        Provider::OpenAi => {
+            openai::validate(&headers, &body, api_key.as_deref(), refuses_max_tokens)
+        }
+        Provider::Anthropic => anthropic::validate(&headers, &body, api_key.as_deref()),
+    };
     // Scripts are consumed only by requests the real API would have accepted.
     let picked = invalid.is_none().then(|| pick(shared, &model, &body));
     record(shared, peer, uri.path(), &model, &headers, body, stream, at);
@@ -182,19 +191,6 @@ async fn complete(
         *events = with_comments.collect();
     }
     respond(rendered, reply.chunk_delay, id, disconnect)
-}
-
-/// The provider's 4xx for a request the real API would reject, if any.
-fn validate(
-    provider: Provider,
-    headers: &HeaderMap,
-    body: &Value,
-    api_key: Option<&str>,
-) -> Option<Rendered> {
-    match provider {
-        Provider::OpenAi => openai::validate(headers, body, api_key),
-        Provider::Anthropic => anthropic::validate(headers, body, api_key),
-    }
 }
 
 /// Chooses the reply: failing model, routed FIFO, global FIFO, default responder.

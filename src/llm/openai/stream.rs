@@ -1,0 +1,146 @@
+//! Assembling a streamed Chat Completions answer from its `chat.completion.chunk`s: text
+//! deltas, usage, finish reason, and tool calls sent in fragments.
+
+use serde_json::Value;
+
+use crate::llm::http::classify;
+use crate::llm::{DeltaSink, LlmError, LlmResponse, ToolCall, Usage};
+
+/// Highest tool-call `index` accepted in a fragment.
+const MAX_INDEX: usize = 64;
+
+/// A streamed answer being put together.
+#[derive(Default)]
+pub(super) struct Assembly {
+    out: LlmResponse,
+    calls: Calls,
+}
+
+impl Assembly {
+    /// Fold one streamed chunk (its `data:` text) into the answer.
+    pub fn apply(&mut self, data: &str, on_delta: &DeltaSink) -> Result<(), LlmError> {
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| LlmError::Protocol(format!("bad stream chunk: {e}")))?;
+        if let Some(err) = v.get("error") {
+            return Err(classify(500, None, &err.to_string()));
+        }
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            self.out.usage = usage(u);
+        }
+        let Some(choice) = v["choices"].get(0) else {
+            return Ok(());
+        };
+        if let Some(r) = choice["finish_reason"].as_str() {
+            self.out.finish_reason = r.to_string();
+        }
+        let delta = &choice["delta"];
+        if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            on_delta(t);
+            self.out.text.push_str(t);
+        }
+        for fragment in delta["tool_calls"].as_array().into_iter().flatten() {
+            self.calls.push(fragment)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a finish reason came (an answer whose `[DONE]` got lost is still whole).
+    pub fn finished(&self) -> bool {
+        !self.out.finish_reason.is_empty()
+    }
+
+    /// The answer; calls without a name are dropped, calls without an id get one.
+    pub fn finish(self) -> LlmResponse {
+        let mut out = self.out;
+        out.tool_calls = self
+            .calls
+            .calls
+            .into_iter()
+            .filter(|c| !c.name.is_empty())
+            .enumerate()
+            .map(|(i, c)| ToolCall {
+                id: if c.id.is_empty() {
+                    format!("call_{i}")
+                } else {
+                    c.id
+                },
+                name: c.name,
+                arguments: c.arguments,
+            })
+            .collect();
+        out
+    }
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Tool calls being assembled, in the order they began.
+#[derive(Default)]
+struct Calls {
+    calls: Vec<PartialCall>,
+    /// By fragment `index`: the position in `calls` of the call that index now feeds.
+    slots: Vec<Option<usize>>,
+    /// The call the last fragment fed (a fragment without an `index` goes on with it).
+    last: Option<usize>,
+}
+
+impl Calls {
+    /// Add one fragment. Fragments of one call share an `index`, the id and name come with
+    /// the first. A fragment that brings another id than its slot's begins a new call:
+    /// Ollama sends parallel calls whole, each with its own id, all with `index: 0`
+    /// (ollama/ollama#15457), and they must not run together into one.
+    fn push(&mut self, fragment: &Value) -> Result<(), LlmError> {
+        let index = match fragment["index"].as_u64() {
+            Some(i) if i as usize > MAX_INDEX => {
+                return Err(LlmError::Protocol(format!(
+                    "tool call index {i} out of range"
+                )));
+            }
+            Some(i) => Some(i as usize),
+            None => None,
+        };
+        let id = fragment["id"].as_str().filter(|id| !id.is_empty());
+        let current = match index {
+            Some(i) => self.slots.get(i).copied().flatten(),
+            None => self.last,
+        };
+        let at = match current {
+            Some(at) if id.is_none_or(|id| [id, ""].contains(&self.calls[at].id.as_str())) => at,
+            _ => {
+                self.calls.push(PartialCall::default());
+                let at = self.calls.len() - 1;
+                if let Some(i) = index {
+                    if self.slots.len() <= i {
+                        self.slots.resize(i + 1, None);
+                    }
+                    self.slots[i] = Some(at);
+                }
+                at
+            }
+        };
+        self.last = Some(at);
+        let c = &mut self.calls[at];
+        if let Some(id) = id {
+            c.id = id.to_string();
+        }
+        if let Some(n) = fragment["function"]["name"].as_str() {
+            c.name.push_str(n);
+        }
+        if let Some(a) = fragment["function"]["arguments"].as_str() {
+            c.arguments.push_str(a);
+        }
+        Ok(())
+    }
+}
+
+fn usage(u: &Value) -> Usage {
+    Usage {
+        prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+        completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+    }
+}
