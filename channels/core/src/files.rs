@@ -65,6 +65,23 @@ pub fn add_note(msg: &mut InboundMessage, note: &str) {
     }
 }
 
+/// The note put in a message's text for a file that was not downloaded:
+/// `[file report.pdf (2.0 MB) not downloaded: <why>; <url>]`.
+pub fn not_downloaded(
+    name: Option<&str>,
+    size: u64,
+    why: &dyn std::fmt::Display,
+    url: &str,
+) -> String {
+    let name = name.unwrap_or("(unnamed)");
+    let size = if size > 0 {
+        format!(" ({})", crate::human_size(size))
+    } else {
+        String::new()
+    };
+    format!("[file {name}{size} not downloaded: {why}; {url}]")
+}
+
 /// Why [`write_capped`] stopped.
 #[derive(Debug)]
 pub enum WriteError<E> {

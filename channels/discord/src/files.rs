@@ -130,14 +130,5 @@ impl Downloader<'_> {
 
 /// The note added to the message text for a file that was not downloaded.
 fn note(file: &Attachment, err: &FileError) -> String {
-    let name = file.name.as_deref().unwrap_or("(unnamed)");
-    let size = if file.size > 0 {
-        format!(" ({})", human_size(file.size))
-    } else {
-        String::new()
-    };
-    format!(
-        "[file {name}{size} not downloaded: {err}; {}]",
-        file.location
-    )
+    files::not_downloaded(file.name.as_deref(), file.size, err, &file.location)
 }

@@ -186,13 +186,7 @@ fn file_name(tag: &str, file: &FileRef) -> PathBuf {
 
 /// The note added to the message text for a file that was not downloaded.
 pub(crate) fn note(file: &FileRef, err: &FileError) -> String {
-    let name = file.name.as_deref().unwrap_or("(unnamed)");
-    let size = if file.size > 0 {
-        format!(" ({})", human_size(file.size))
-    } else {
-        String::new()
-    };
-    format!("[file {name}{size} not downloaded: {err}; {}]", file.url)
+    files::not_downloaded(file.name.as_deref(), file.size, err, &file.url)
 }
 
 #[cfg(test)]
