@@ -37,7 +37,25 @@ fn real_inside(root: &Path, path: &Path) -> io::Result<PathBuf> {
     }
 }
 
-fn checked(file: File) -> io::Result<Confined> {
+/// Where the open `file` really is must be inside `root` too: a folder on the way swapped
+/// for a link between the check and the open (`O_NOFOLLOW` guards the last name only) is
+/// caught here.
+fn still_inside(file: &File, root: &Path) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let at = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        if !at.starts_with(root.canonicalize()?) {
+            return Err(refused("it leads out of its folder"));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, root);
+    Ok(())
+}
+
+fn checked(file: File, root: &Path) -> io::Result<Confined> {
+    still_inside(&file, root)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(refused("it is not a regular file"));
@@ -58,7 +76,7 @@ pub fn open(root: &Path, path: &Path) -> io::Result<Confined> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(real)?;
-    checked(file)
+    checked(file, root)
 }
 
 /// Open `path` (inside `root`) for appending, creating it when missing.
@@ -79,7 +97,7 @@ pub fn append(root: &Path, path: &Path) -> io::Result<Confined> {
         .create(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(target)?;
-    checked(file)
+    checked(file, root)
 }
 
 /// Up to `max` bytes of `path` (inside `root`) as text, from its start or, with
@@ -145,6 +163,20 @@ mod tests {
         assert!(append(&ws, &ws.join("dangling.md")).is_err());
         assert!(!dir.path().join("nowhere.md").exists());
         assert_eq!(std::fs::read_to_string(&secret).unwrap(), "TOKEN=abc");
+    }
+
+    #[test]
+    fn a_file_opened_outside_the_folder_is_refused_after_the_open() {
+        // What a folder swapped for a link between the check and the open leads to.
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(dir.path().join("outside.md"), "secret").unwrap();
+        let outside = File::open(dir.path().join("outside.md")).unwrap();
+        assert!(checked(outside, &ws).is_err());
+        std::fs::write(ws.join("inside.md"), "fine").unwrap();
+        let inside = File::open(ws.join("inside.md")).unwrap();
+        assert_eq!(checked(inside, &ws).unwrap().len, 4);
     }
 
     #[test]

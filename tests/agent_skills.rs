@@ -57,6 +57,17 @@ async fn skills_precedence_gating_and_always_inlining() {
         "description: rules\nalways: true\n",
         "ALWAYS SAY PLEASE",
     );
+    // A bundled skill folder linked from the owner's own checkout is read; a workspace
+    // skill whose SKILL.md leads out of the workspace (as `exec` could make it) is not.
+    let elsewhere = h.dir.path().join("checkout");
+    write_skill(&elsewhere, "linked", "description: linked\n", "x");
+    std::os::unix::fs::symlink(elsewhere.join("linked"), bundled.join("linked")).unwrap();
+    std::fs::create_dir_all(ws.join("escape")).unwrap();
+    std::os::unix::fs::symlink(
+        elsewhere.join("linked").join("SKILL.md"),
+        ws.join("escape").join("SKILL.md"),
+    )
+    .unwrap();
 
     let list = list_skills(&h.config);
     let names: Vec<(&str, &str, bool)> = list
@@ -67,13 +78,14 @@ async fn skills_precedence_gating_and_always_inlining() {
         names,
         [
             ("house-rules", "bundled", true),
+            ("linked", "bundled", true),
             ("search", "bundled", false),
             ("video", "bundled", false),
             ("weather", "workspace", true)
         ]
     );
-    assert_eq!(list[1].missing, ["env:SWITCHBOARD_TEST_NO_SUCH_ENV"]);
-    assert_eq!(list[2].missing, ["bin:no-such-binary-xyz"]);
+    assert_eq!(list[2].missing, ["env:SWITCHBOARD_TEST_NO_SUCH_ENV"]);
+    assert_eq!(list[3].missing, ["bin:no-such-binary-xyz"]);
 
     h.llm.push(Reply::tool_calls([
         ("read_skill", json!({"name": "weather"})),

@@ -83,21 +83,24 @@ pub fn list_skills(config: &Config) -> Vec<SkillInfo> {
 /// Load all skills; workspace skills win over bundled ones by name. Sorted by name.
 pub fn load_skills(config: &Config) -> Vec<Skill> {
     let mut by_name: BTreeMap<String, Skill> = BTreeMap::new();
+    // Bundled skills' folders are the owner's, out of the agent's reach: their links are
+    // followed (within the folder itself, as a skill dir linked from elsewhere is).
     for dir in &config.gateway.skills_dirs {
-        for s in load_dir(dir, SkillSource::Bundled) {
+        for s in load_dir(dir, dir, SkillSource::Bundled) {
             by_name.entry(s.name.clone()).or_insert(s);
         }
     }
-    for s in load_dir(
-        &config.gateway.workspace.join("skills"),
-        SkillSource::Workspace,
-    ) {
+    // The workspace's can be changed with `exec`: nothing is read through a link out of
+    // the workspace.
+    let ws = &config.gateway.workspace;
+    for s in load_dir(&ws.join("skills"), ws, SkillSource::Workspace) {
         by_name.insert(s.name.clone(), s);
     }
     by_name.into_values().collect()
 }
 
-fn load_dir(dir: &Path, source: SkillSource) -> Vec<Skill> {
+/// The skills in `dir`, each `SKILL.md` read only if its real path is inside `root`.
+fn load_dir(dir: &Path, root: &Path, source: SkillSource) -> Vec<Skill> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -110,9 +113,14 @@ fn load_dir(dir: &Path, source: SkillSource) -> Vec<Skill> {
     dirs.into_iter()
         .filter_map(|d| {
             // Through `crate::confine`: a regular file (a FIFO would block the turn that
-            // reads it), not a link out of the skills folder (made with `exec` in the
-            // workspace's).
-            let text = crate::confine::read(dir, &d.join("SKILL.md"), MAX_SKILL_BYTES, false)?;
+            // reads it), inside `root`.
+            let file = d.join("SKILL.md");
+            let root = match source {
+                SkillSource::Workspace => root.to_path_buf(),
+                // A bundled skill folder may be a link to the owner's own checkout.
+                SkillSource::Bundled => d.canonicalize().ok()?,
+            };
+            let text = crate::confine::read(&root, &file, MAX_SKILL_BYTES, false)?;
             match parse(&text, &d, source) {
                 Some(s) => Some(s),
                 None => {

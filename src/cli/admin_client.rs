@@ -26,7 +26,7 @@ impl Target {
         let dir = &config.gateway.data_dir;
         // The store first: when it opens, no gateway runs, and the token is sent nowhere
         // (an `admin.addr` a crashed gateway left may name a port another program has now).
-        match SledStore::open(dir) {
+        match SledStore::open_unless_locked(dir) {
             Ok(s) => return Ok(Target::Local(Arc::new(s))),
             Err(StoreError::Locked(_)) => {}
             Err(e) => return Err(e).context("opening the store"),

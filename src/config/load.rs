@@ -76,7 +76,7 @@ fn syntax_error(text: &str, e: &toml::de::Error) -> String {
     let msg = e.message().trim();
     match e.span() {
         Some(span) => {
-            let before = &text[..span.start.min(text.len())];
+            let before = text.get(..span.start).unwrap_or(text);
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
             format!("line {line}, column {column}: {msg}")
@@ -388,8 +388,8 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
 }
 
 /// Whether a would-be variable name looks like an API key pasted in its place: a known
-/// key prefix (`gsk_`, `hf_`, `sk_`…), or a long run of mixed-case letters and digits with
-/// no `_` between words, which no variable name people write has.
+/// key prefix (`gsk_`, `hf_`, `sk_`…) on a long value, or a long run of letters and digits
+/// with lowercase and no `_` between words, which variable names people write do not have.
 fn looks_like_a_key(name: &str) -> bool {
     const PREFIXES: [&str; 8] = [
         "gsk_",
@@ -402,11 +402,9 @@ fn looks_like_a_key(name: &str) -> bool {
         "AIza",
     ];
     let lower = name.chars().any(|c| c.is_ascii_lowercase());
-    let upper = name.chars().any(|c| c.is_ascii_uppercase());
     let digit = name.chars().any(|c| c.is_ascii_digit());
-    let random = name.len() >= 20 && lower && upper && digit && !name.contains('_');
-    let long = name.len() > 64 || (name.len() >= 32 && lower && digit);
-    PREFIXES.iter().any(|p| name.starts_with(p)) || random || long
+    let prefixed = name.len() >= 20 && PREFIXES.iter().any(|p| name.starts_with(p));
+    prefixed || (name.len() >= 24 && lower && digit && !name.contains('_'))
 }
 
 /// A `*_env` key holds the name of an environment variable ("" for none), never the secret:

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::oneshot;
@@ -53,7 +54,7 @@ const CACHE_BYTES: u64 = 2 * 1024 * 1024;
 
 /// How long an open waits for a store lock held by this process's last, closing handle;
 /// another process's lock is reported as [`StoreError::Locked`] after it.
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// What the runtime threads and the writer share.
 pub(super) struct Shared {
@@ -85,21 +86,30 @@ impl SledStore {
         Self::open_timed(dir, syncs, Timing::default())
     }
 
+    /// [`SledStore::open`] for another process than the one that may hold the store (the
+    /// CLI): [`StoreError::Locked`] at once, without waiting for this process's own store
+    /// closing a moment ago to let go.
+    pub fn open_unless_locked(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_in(dir, Arc::default(), Timing::default(), Duration::ZERO)
+            .map_err(|e| in_dir(dir, e))
+    }
+
     pub(super) fn open_timed(
         dir: &Path,
         syncs: Arc<Histogram>,
         timing: Timing,
     ) -> Result<Self, StoreError> {
-        // Which folder, when it fails (a read-only or someone else's data dir).
-        Self::open_in(dir, syncs, timing).map_err(|e| match e {
-            StoreError::Backend(m) => StoreError::Backend(format!("{}: {m}", dir.display())),
-            other => other,
-        })
+        Self::open_in(dir, syncs, timing, LOCK_WAIT).map_err(|e| in_dir(dir, e))
     }
 
-    fn open_in(dir: &Path, syncs: Arc<Histogram>, timing: Timing) -> Result<Self, StoreError> {
+    fn open_in(
+        dir: &Path,
+        syncs: Arc<Histogram>,
+        timing: Timing,
+        lock_wait: Duration,
+    ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(backend)?;
-        owner_only(dir).map_err(backend)?;
+        private(dir);
         let config = sled::Config::new()
             .path(dir.join("store"))
             // Durability comes from the journal; sled is flushed at checkpoints.
@@ -114,7 +124,7 @@ impl SledStore {
             match config.open() {
                 // A store this process closed a moment ago lets go of its file lock once
                 // sled's deferred frees have run (seen in tests reopening a store at once).
-                Err(e) if locked(&e) && waited.elapsed() < LOCK_WAIT => {
+                Err(e) if locked(&e) && waited.elapsed() < lock_wait => {
                     sled::pin().flush();
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
@@ -197,16 +207,31 @@ fn tree_of(trees: &[sled::Tree], t: Tree) -> &sled::Tree {
     &trees[Tree::ALL.iter().position(|x| *x == t).unwrap_or(0)]
 }
 
-/// The data folder holds every conversation, the inbox and the admin token: readable by
-/// the gateway's user only (mode 0700), also when an older version made it 0755.
-fn owner_only(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(dir)?.permissions().mode();
-    if mode & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-        tracing::info!(dir = %dir.display(), "data folder made readable by its owner only");
+/// Which folder, when the store fails to open (a read-only or someone else's data dir).
+fn in_dir(dir: &Path, e: StoreError) -> StoreError {
+    match e {
+        StoreError::Backend(m) => StoreError::Backend(format!("{}: {m}", dir.display())),
+        other => other,
     }
-    Ok(())
+}
+
+/// The data folder holds every conversation, the inbox and the admin token: no access for
+/// other users (an older version left it 0755). Group access stays, a shared-group setup
+/// being the owner's choice; a folder this user may use but not change is left as it is.
+fn private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return;
+    };
+    let mode = meta.permissions().mode();
+    if mode & 0o007 == 0 {
+        return;
+    }
+    match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o007)) {
+        Ok(()) => tracing::info!(dir = %dir.display(), "data folder closed to other users"),
+        Err(e) => tracing::warn!(dir = %dir.display(),
+            "data folder is open to other users and could not be closed: {e}"),
+    }
 }
 
 pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {

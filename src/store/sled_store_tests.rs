@@ -364,7 +364,7 @@ async fn a_second_open_reports_locked() {
 }
 
 #[test]
-fn the_data_folder_is_its_owners_only_and_a_failure_names_it() {
+fn the_data_folder_is_closed_to_other_users_and_a_failure_names_it() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -372,7 +372,11 @@ fn the_data_folder_is_its_owners_only_and_a_failure_names_it() {
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
     drop(SledStore::open(&data).unwrap());
     let mode = std::fs::metadata(&data).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o700);
+    assert_eq!(
+        mode & 0o777,
+        0o750,
+        "closed to other users, the group left as set"
+    );
     // A file where the folder should be.
     let blocked = dir.path().join("blocked");
     std::fs::write(&blocked, "").unwrap();

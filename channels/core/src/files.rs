@@ -103,6 +103,7 @@ impl<E> From<std::io::Error> for WriteError<E> {
 /// original name with only ASCII letters, digits, `.`, `-` and `_` kept (others become `_`,
 /// leading dots go), so that a name from a platform never leaves the inbox.
 pub fn inbox_name(base: &str, original: &str) -> PathBuf {
+    const MAX_NAME: usize = 120;
     let safe: String = original
         .chars()
         .map(|c| {
@@ -113,7 +114,10 @@ pub fn inbox_name(base: &str, original: &str) -> PathBuf {
             }
         })
         .collect();
-    match safe.trim_start_matches('.') {
+    // Its end (the extension) kept, the whole within what a file system takes.
+    let safe = safe.trim_start_matches('.');
+    let safe = &safe[safe.len().saturating_sub(MAX_NAME)..];
+    match safe {
         "" => PathBuf::from(base),
         safe => PathBuf::from(format!("{base}-{safe}")),
     }

@@ -56,8 +56,9 @@ impl Tool for Memory {
                 let query = args["query"]
                     .as_str()
                     .ok_or_else(|| ToolError::InvalidArguments("missing required query".into()))?;
-                let text = crate::confine::read(&ctx.workspace, &path, MAX_READ, false)
-                    .unwrap_or_default();
+                // Its newest part, as the prompt shows it.
+                let text =
+                    crate::confine::read(&ctx.workspace, &path, MAX_READ, true).unwrap_or_default();
                 let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
                 let hits: Vec<&str> = text
                     .lines()
