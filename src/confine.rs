@@ -26,26 +26,26 @@ fn refused(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, why.to_string())
 }
 
-/// `path`'s real path, which must be inside `root`'s.
-fn real_inside(root: &Path, path: &Path) -> io::Result<PathBuf> {
+/// `root`'s real path, and `path`'s, which must be inside it.
+fn real_inside(root: &Path, path: &Path) -> io::Result<(PathBuf, PathBuf)> {
     let root = root.canonicalize()?;
     let real = path.canonicalize()?;
     if real.starts_with(&root) {
-        Ok(real)
+        Ok((root, real))
     } else {
         Err(refused("it leads out of its folder"))
     }
 }
 
-/// Where the open `file` really is must be inside `root` too: a folder on the way swapped
-/// for a link between the check and the open (`O_NOFOLLOW` guards the last name only) is
-/// caught here.
+/// Where the open `file` really is must be inside `root` (a real path) too: a folder on
+/// the way swapped for a link between the check and the open (`O_NOFOLLOW` guards the last
+/// name only) is caught here.
 fn still_inside(file: &File, root: &Path) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
         let at = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
-        if !at.starts_with(root.canonicalize()?) {
+        if !at.starts_with(root) {
             return Err(refused("it leads out of its folder"));
         }
     }
@@ -71,33 +71,33 @@ fn checked(file: File, root: &Path) -> io::Result<Confined> {
 
 /// Open `path` (inside `root`) for reading.
 pub fn open(root: &Path, path: &Path) -> io::Result<Confined> {
-    let real = real_inside(root, path)?;
+    let (root, real) = real_inside(root, path)?;
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(real)?;
-    checked(file, root)
+    checked(file, &root)
 }
 
 /// Open `path` (inside `root`) for appending, creating it when missing.
 pub fn append(root: &Path, path: &Path) -> io::Result<Confined> {
-    let target = match real_inside(root, path) {
-        Ok(real) => real,
+    let (root, target) = match real_inside(root, path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             // Missing (or a link to nothing): created by its name in a folder inside root;
             // `O_NOFOLLOW` refuses a dangling link.
             let parent = path.parent().ok_or_else(|| refused("it has no folder"))?;
             let name = path.file_name().ok_or_else(|| refused("it has no name"))?;
-            real_inside(root, parent)?.join(name)
+            let (root, folder) = real_inside(root, parent)?;
+            (root, folder.join(name))
         }
-        Err(e) => return Err(e),
+        found => found?,
     };
     let file = OpenOptions::new()
         .append(true)
         .create(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(target)?;
-    checked(file, root)
+    checked(file, &root)
 }
 
 /// Up to `max` bytes of `path` (inside `root`) as text, from its start or, with
@@ -173,6 +173,7 @@ mod tests {
         std::fs::create_dir(&ws).unwrap();
         std::fs::write(dir.path().join("outside.md"), "secret").unwrap();
         let outside = File::open(dir.path().join("outside.md")).unwrap();
+        let ws = ws.canonicalize().unwrap();
         assert!(checked(outside, &ws).is_err());
         std::fs::write(ws.join("inside.md"), "fine").unwrap();
         let inside = File::open(ws.join("inside.md")).unwrap();

@@ -1,32 +1,21 @@
 //! The provider layer against the fake LLM server over real HTTP: OpenAI and Anthropic,
 //! stream and non-stream, tool calls split across deltas, retries, fallbacks, cool-downs.
 
+mod agent_support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_support::read_file_request;
 use serde_json::json;
 use switchboard::llm::anthropic::Anthropic;
 use switchboard::llm::openai::OpenAi;
 use switchboard::llm::resilient::Resilient;
-use switchboard::llm::{
-    ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role, ToolCall, ToolSpec,
-};
+use switchboard::llm::{ChatMessage, DeltaSink, LlmError, LlmProvider, LlmRequest, Role, ToolCall};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 fn request(model: &str) -> LlmRequest {
-    LlmRequest {
-        model: model.into(),
-        system: "You are Switchboard.".into(),
-        system_dynamic: "Current time: 12:00.".into(),
-        messages: vec![ChatMessage::new(Role::User, "what is in notes.md?")],
-        tools: vec![ToolSpec {
-            name: "read_file".into(),
-            description: "Read a file".into(),
-            parameters: json!({"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}),
-        }]
-        .into(),
-        max_tokens: 512,
-    }
+    read_file_request(model, "what is in notes.md?")
 }
 
 fn collecting_sink() -> (DeltaSink, Arc<Mutex<Vec<String>>>) {

@@ -14,6 +14,34 @@ use switchboard_fakes::telegram::TgUser;
 const ANN: i64 = 5001;
 const BOB: i64 = 5002;
 
+/// `user` sends a 200 KB document that takes 20 s to come down; once its download began:
+/// the update's id.
+async fn slow_document(t: &Tg, user: &TgUser) -> i64 {
+    t.tg.set_file_rate(10_000);
+    let file = t.tg.add_file("big.pdf", vec![5u8; 200_000]);
+    let doc = t.tg.document(
+        ANN,
+        user,
+        &file,
+        "big.pdf",
+        "application/pdf",
+        Some("read this"),
+    );
+    let uid = t.tg.push_update(doc);
+    t.tg.wait_for_requests("getFile", 1, WAIT)
+        .await
+        .expect("the download began");
+    uid
+}
+
+/// The paths of the documents a turn's text names (`[attachment: Document <path>]`).
+fn documents(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("[attachment: Document "))
+        .map(|l| l.trim_end_matches(']'))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_download_holds_up_no_other_chat_and_joined_files_come_down_together() {
     let t = Tg::start("dm_policy = \"open\"").await;
@@ -60,11 +88,7 @@ async fn a_slow_download_holds_up_no_other_chat_and_joined_files_come_down_toget
     let (a, b) = (text.find("a.pdf"), text.find("b.pdf"));
     assert!(a.is_some() && a < b, "{text}");
     let inbox = t.env.dir.path().join("workspace").join("inbox");
-    let paths: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("[attachment: Document "))
-        .map(|l| l.trim_end_matches(']'))
-        .collect();
+    let paths = documents(&text);
     assert_eq!(paths.len(), 2, "{text}");
     for (path, b) in paths.iter().zip([1u8, 2]) {
         assert!(std::path::Path::new(path).starts_with(&inbox), "{path}");
@@ -76,20 +100,7 @@ async fn a_slow_download_holds_up_no_other_chat_and_joined_files_come_down_toget
 async fn a_stop_during_a_download_is_quick_and_the_file_comes_down_after_the_restart() {
     let mut t = Tg::start("dm_policy = \"open\"").await;
     let ann = TgUser::new(ANN, "ann");
-    // 20 s to come down.
-    t.tg.set_file_rate(10_000);
-    let file = t.tg.add_file("big.pdf", vec![5u8; 200_000]);
-    let uid = t.tg.push_update(t.tg.document(
-        ANN,
-        &ann,
-        &file,
-        "big.pdf",
-        "application/pdf",
-        Some("read this"),
-    ));
-    t.tg.wait_for_requests("getFile", 1, WAIT)
-        .await
-        .expect("the download began");
+    let uid = slow_document(&t, &ann).await;
     assert!(
         t.tg.wait_for_offset_confirmed(uid, WAIT).await,
         "confirmed before its file came down"
@@ -110,10 +121,8 @@ async fn a_stop_during_a_download_is_quick_and_the_file_comes_down_after_the_res
     assert_eq!(reqs.len(), 1);
     let text = reqs[0].last_user_text();
     assert!(text.starts_with("read this"), "{text}");
-    let path = text
-        .lines()
-        .find_map(|l| l.strip_prefix("[attachment: Document "))
-        .map(|l| l.trim_end_matches(']'))
+    let path = *documents(&text)
+        .first()
         .unwrap_or_else(|| panic!("no attachment: {text}"));
     assert_eq!(std::fs::read(path).expect("downloaded"), vec![5u8; 200_000]);
     let inbox = t.env.dir.path().join("workspace").join("inbox");
@@ -128,20 +137,7 @@ async fn a_stop_during_a_download_is_quick_and_the_file_comes_down_after_the_res
 async fn a_stop_during_a_download_stops_that_message() {
     let t = Tg::start("dm_policy = \"open\"").await;
     let ann = TgUser::new(ANN, "ann");
-    // 20 s to come down.
-    t.tg.set_file_rate(10_000);
-    let file = t.tg.add_file("big.pdf", vec![5u8; 200_000]);
-    t.tg.push_update(t.tg.document(
-        ANN,
-        &ann,
-        &file,
-        "big.pdf",
-        "application/pdf",
-        Some("read this"),
-    ));
-    t.tg.wait_for_requests("getFile", 1, WAIT)
-        .await
-        .expect("the download began");
+    slow_document(&t, &ann).await;
     t.tg.push_update(t.tg.dm_text(&ann, "/stop"));
     let sent = t.wait_sent(1).await;
     assert_eq!(sent[0].text, "Stopped.");

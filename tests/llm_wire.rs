@@ -12,24 +12,12 @@ use serde_json::{Value, json};
 use switchboard::llm::anthropic::Anthropic;
 use switchboard::llm::openai::OpenAi;
 use switchboard::llm::resilient::Resilient;
-use switchboard::llm::{ChatMessage, LlmError, LlmProvider, LlmRequest, Role, ToolSpec};
+use switchboard::llm::{ChatMessage, LlmError, LlmProvider, LlmRequest, Role};
 use switchboard_channel::{Origin, SystemOrigin};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 fn request(model: &str) -> LlmRequest {
-    LlmRequest {
-        model: model.into(),
-        system: "You are Switchboard.".into(),
-        system_dynamic: "Current time: 12:00.".into(),
-        messages: vec![ChatMessage::new(Role::User, "what is in a.md and b.md?")],
-        tools: vec![ToolSpec {
-            name: "read_file".into(),
-            description: "Read a file".into(),
-            parameters: json!({"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}),
-        }]
-        .into(),
-        max_tokens: 512,
-    }
+    read_file_request(model, "what is in a.md and b.md?")
 }
 
 fn openai(llm: &FakeLlm, limit: Duration) -> OpenAi {

@@ -30,11 +30,17 @@ fn other() -> ChatKey {
     "test:other".parse().unwrap()
 }
 
+/// A scheduler at noon on 2026-03-01 (UTC, default config) and its `cron` tool.
+async fn tool_rig(dir: &std::path::Path) -> (Rig, CronTool) {
+    let rig = Rig::start(dir, at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let tool = CronTool::new(rig.scheduler.clone());
+    (rig, tool)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_reminder_added_by_the_tool_fires_into_its_chat() {
     let dir = tempfile::tempdir().unwrap();
-    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
-    let tool = CronTool::new(rig.scheduler.clone());
+    let (rig, tool) = tool_rig(dir.path()).await;
     assert_eq!(tool.name(), "cron");
     assert_eq!(tool.schema()["required"], json!(["action"]));
     let out = tool
@@ -62,8 +68,7 @@ async fn a_reminder_added_by_the_tool_fires_into_its_chat() {
 #[tokio::test(start_paused = true)]
 async fn the_tool_is_scoped_to_the_chat_unless_the_sender_is_the_owner() {
     let dir = tempfile::tempdir().unwrap();
-    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
-    let tool = CronTool::new(rig.scheduler.clone());
+    let (rig, tool) = tool_rig(dir.path()).await;
     let mine = ctx(key(), false);
     let theirs = ctx(other(), false);
     let owner = ctx(other(), true);
@@ -170,8 +175,7 @@ async fn the_tool_is_scoped_to_the_chat_unless_the_sender_is_the_owner() {
 #[tokio::test(start_paused = true)]
 async fn bad_tool_arguments_come_back_as_errors_and_store_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
-    let tool = CronTool::new(rig.scheduler.clone());
+    let (rig, tool) = tool_rig(dir.path()).await;
     let c = ctx(key(), false);
     for (args, expect) in [
         (
@@ -236,8 +240,7 @@ async fn a_misnamed_argument_is_refused_not_ignored() {
 #[tokio::test(start_paused = true)]
 async fn jobs_set_by_others_than_the_owner_run_at_most_once_a_minute_and_20_a_chat() {
     let dir = tempfile::tempdir().unwrap();
-    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
-    let tool = CronTool::new(rig.scheduler.clone());
+    let (rig, tool) = tool_rig(dir.path()).await;
     let member = ctx(key(), false);
     for (schedule, value) in [
         ("every", "30s"),
@@ -303,8 +306,7 @@ async fn jobs_set_by_others_than_the_owner_run_at_most_once_a_minute_and_20_a_ch
 #[tokio::test(start_paused = true)]
 async fn a_finished_one_shot_job_is_kept_but_no_longer_listed() {
     let dir = tempfile::tempdir().unwrap();
-    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
-    let tool = CronTool::new(rig.scheduler.clone());
+    let (rig, tool) = tool_rig(dir.path()).await;
     let me = ctx(key(), false);
     let out = tool
         .call(

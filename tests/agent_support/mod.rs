@@ -162,3 +162,22 @@ pub fn tool_results(body: &serde_json::Value) -> Vec<String> {
         .map(|m| m["content"].as_str().unwrap_or_default().to_string())
         .collect()
 }
+
+/// A provider request for `model`: a system prompt, the user asking `question`, and one
+/// tool, `read_file`.
+pub fn read_file_request(model: &str, question: &str) -> switchboard::llm::LlmRequest {
+    use switchboard::llm::{ChatMessage, LlmRequest, Role, ToolSpec};
+    LlmRequest {
+        model: model.into(),
+        system: "You are Switchboard.".into(),
+        system_dynamic: "Current time: 12:00.".into(),
+        messages: vec![ChatMessage::new(Role::User, question)],
+        tools: vec![ToolSpec {
+            name: "read_file".into(),
+            description: "Read a file".into(),
+            parameters: serde_json::json!({"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}),
+        }]
+        .into(),
+        max_tokens: 512,
+    }
+}

@@ -185,9 +185,43 @@ where
     Ok(written)
 }
 
-/// Run `fetch` for every item at once, each holding one of the adapter's download `slots`
-/// (shared by all its chats) while it runs: the results in the items' order.
-pub async fn fetch_all<'a, T, R, Fut>(
+/// Fetch a message's files and put them on `msg`, in their order: an attachment for each,
+/// or, for one that did not come, `note(file, why)` in its text (and the log). All at once,
+/// each holding one of the adapter's download `slots` (shared by all its chats) and taking
+/// at most `limit` once it has one.
+pub async fn fetch_onto<'a, T, E, Fut>(
+    msg: &mut InboundMessage,
+    slots: &Semaphore,
+    limit: std::time::Duration,
+    files: &'a [T],
+    fetch: impl Fn(&'a T) -> Fut,
+    note: impl Fn(&T, &dyn std::fmt::Display) -> String,
+) where
+    Fut: Future<Output = Result<crate::Attachment, E>>,
+    E: std::fmt::Display,
+{
+    let got = fetch_all(slots, files, |file| {
+        let fetched = fetch(file);
+        async move { tokio::time::timeout(limit, fetched).await }
+    })
+    .await;
+    for (file, got) in files.iter().zip(got) {
+        let why = match got {
+            Ok(Ok(a)) => {
+                msg.attachments.push(a);
+                continue;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "not done in time".to_string(),
+        };
+        tracing::warn!(id = %msg.id, error = %why, "file not downloaded");
+        add_note(msg, &note(file, &why));
+    }
+}
+
+/// Run `fetch` for every item at once, each holding one of the `slots` while it runs: the
+/// results in the items' order.
+async fn fetch_all<'a, T, R, Fut>(
     slots: &Semaphore,
     items: &'a [T],
     fetch: impl Fn(&'a T) -> Fut,

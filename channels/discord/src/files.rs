@@ -29,8 +29,6 @@ pub(crate) struct Pending {
 pub(crate) enum FileError {
     #[error("larger than the {0} limit")]
     TooLarge(String),
-    #[error("not done in time")]
-    TimedOut,
     #[error("download failed: {0}")]
     Download(String),
     #[error("could not write to the inbox: {0}")]
@@ -62,22 +60,17 @@ impl Downloader<'_> {
             .map(|i| format!("dc-{}-{i}", pending.message))
             .zip(&pending.files)
             .collect();
-        let got = files::fetch_all(self.slots, &bases, |(base, file)| async move {
-            tokio::time::timeout(self.timeout, self.download(inbox, base, file))
-                .await
-                .unwrap_or(Err(FileError::TimedOut))
-        })
+        let note = |(_, file): &(String, &Attachment), why: &dyn std::fmt::Display| note(file, why);
+        let (slots, limit) = (self.slots, self.timeout);
+        files::fetch_onto(
+            msg,
+            slots,
+            limit,
+            &bases,
+            |(base, file)| self.download(inbox, base, file),
+            note,
+        )
         .await;
-        for ((_, file), got) in bases.iter().zip(got) {
-            match got {
-                Ok(local) => msg.attachments.push(local),
-                Err(e) => {
-                    tracing::warn!(message = %pending.message, error = %e,
-                        "discord: file not downloaded");
-                    files::add_note(msg, &note(file, &e));
-                }
-            }
-        }
     }
 
     async fn download(
@@ -129,6 +122,6 @@ impl Downloader<'_> {
 }
 
 /// The note added to the message text for a file that was not downloaded.
-fn note(file: &Attachment, err: &FileError) -> String {
+fn note(file: &Attachment, err: &dyn std::fmt::Display) -> String {
     files::not_downloaded(file.name.as_deref(), file.size, err, &file.location)
 }

@@ -69,8 +69,6 @@ impl FileRef {
 pub(crate) enum FileError {
     #[error("larger than the {0} limit")]
     TooLarge(String),
-    #[error("not done in time")]
-    TimedOut,
     #[error("no inbox folder configured")]
     NoInbox,
     #[error("download failed: {0}")]
@@ -99,21 +97,8 @@ impl Downloader<'_> {
             return;
         };
         let tag = pending.tag.as_str();
-        let got = files::fetch_all(self.slots, &pending.files, |file| async move {
-            tokio::time::timeout(self.timeout, self.download(tag, file))
-                .await
-                .unwrap_or(Err(FileError::TimedOut))
-        })
-        .await;
-        for (file, got) in pending.files.iter().zip(got) {
-            match got {
-                Ok(a) => msg.attachments.push(a),
-                Err(e) => {
-                    tracing::warn!(file = %file.id, error = %e, "slack: file not downloaded");
-                    files::add_note(msg, &note(file, &e));
-                }
-            }
-        }
+        let fetch = |file| self.download(tag, file);
+        files::fetch_onto(msg, self.slots, self.timeout, &pending.files, fetch, note).await;
     }
 
     async fn download(&self, tag: &str, file: &FileRef) -> Result<Attachment, FileError> {
@@ -185,7 +170,7 @@ fn file_name(tag: &str, file: &FileRef) -> PathBuf {
 }
 
 /// The note added to the message text for a file that was not downloaded.
-pub(crate) fn note(file: &FileRef, err: &FileError) -> String {
+pub(crate) fn note(file: &FileRef, err: &dyn std::fmt::Display) -> String {
     files::not_downloaded(file.name.as_deref(), file.size, err, &file.url)
 }
 

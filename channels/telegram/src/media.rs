@@ -42,28 +42,9 @@ pub(crate) async fn fetch(
     let Some(pending) = files::take_pending::<Pending>(msg) else {
         return;
     };
-    let got = files::fetch_all(slots, &pending.files, |file| async move {
-        let fetch = download(
-            bot,
-            &cfg.inbox_dir,
-            cfg.max_file_bytes,
-            pending.update,
-            file,
-        );
-        tokio::time::timeout(limit, fetch)
-            .await
-            .unwrap_or(Err(MediaError::TimedOut))
-    })
-    .await;
-    for (file, got) in pending.files.iter().zip(got) {
-        match got {
-            Ok(a) => msg.attachments.push(a),
-            Err(e) => {
-                tracing::warn!(update_id = pending.update, error = %e, "telegram: file not downloaded");
-                files::add_note(msg, &note(file, &e));
-            }
-        }
-    }
+    let (update, inbox) = (pending.update, &cfg.inbox_dir);
+    let fetch = |file| download(bot, inbox, cfg.max_file_bytes, update, file);
+    files::fetch_onto(msg, slots, limit, &pending.files, fetch, note).await;
 }
 
 /// Why a file was not downloaded.
@@ -75,8 +56,6 @@ pub(crate) enum MediaError {
     Api(String),
     #[error("download failed: {0}")]
     Download(String),
-    #[error("not done in time")]
-    TimedOut,
     #[error("could not write to the inbox: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -137,7 +116,7 @@ fn file_name(tag: u32, file: &FileRef, remote_path: &str) -> PathBuf {
 }
 
 /// The note added to the message text when a file could not be downloaded.
-pub(crate) fn note(file: &FileRef, err: &MediaError) -> String {
+pub(crate) fn note(file: &FileRef, err: &dyn std::fmt::Display) -> String {
     let what = match file.kind {
         AttachmentKind::Image => "photo",
         AttachmentKind::Audio => "audio file",
