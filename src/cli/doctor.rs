@@ -58,7 +58,7 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
     let base = c.llm.base_url.trim_end_matches('/');
     let rb = match c.llm.provider {
         crate::config::Provider::Openai => {
-            let rb = http.get(format!("{base}/models"));
+            let rb = http.get(format!("{base}/{}", key_probe(base)));
             match &key {
                 Some(k) => rb.bearer_auth(k),
                 None => rb,
@@ -133,6 +133,25 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What to ask an OpenAI-compatible provider so that a wrong key shows: `models` needs the
+/// key at OpenAI and most others, but OpenRouter lists its models to anyone, so there the
+/// key's own record (`GET /key`, 401 for a key it does not know) is asked for instead.
+fn key_probe(base: &str) -> &'static str {
+    let host = base
+        .split("://")
+        .nth(1)
+        .unwrap_or(base)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if host == "openrouter.ai" || host.ends_with(".openrouter.ai") {
+        "key"
+    } else {
+        "models"
+    }
+}
+
 fn tempfile_in(dir: &std::path::Path) -> bool {
     let p = dir.join(".doctor-write-test");
     let ok = std::fs::write(&p, b"ok").is_ok();
@@ -199,5 +218,20 @@ async fn check_credentials(
             status.as_u16()
         )),
         _ => Err(format!("{url} answered HTTP {}", status.as_u16())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_probe;
+
+    #[test]
+    fn openrouter_is_asked_about_its_key_not_its_public_model_list() {
+        assert_eq!(key_probe("https://openrouter.ai/api/v1"), "key");
+        assert_eq!(key_probe("https://OpenRouter.ai:443/api/v1"), "key");
+        assert_eq!(key_probe("https://eu.openrouter.ai/api/v1"), "key");
+        assert_eq!(key_probe("https://api.openai.com/v1"), "models");
+        assert_eq!(key_probe("http://127.0.0.1:11434/v1"), "models");
+        assert_eq!(key_probe("https://notopenrouter.ai/v1"), "models");
     }
 }

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -40,10 +40,12 @@ pub struct SledStore {
     /// Work for the writer thread; `None` once the store is dropped.
     writer: Option<mpsc::Sender<Work>>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// Above every inbox and outbox sequence found at open. A store is flushed when it is
-    /// created, so sled restores its counter past them; this is the backstop for one that
-    /// an older version left unflushed after a crash.
-    id_floor: AtomicU64,
+    /// Added to sled's ids so that they start above every inbox and outbox sequence found
+    /// at open (0 almost always). A store is flushed when it is created, so sled restores
+    /// its counter past them; this is the backstop for one that an older version left
+    /// unflushed after a crash. One offset, fixed at open: the ids stay as unique as
+    /// sled's own.
+    id_offset: u64,
 }
 
 /// sled's page cache. sled's default is 1 GB; the gateway's hot data (the sessions of the
@@ -156,6 +158,7 @@ impl SledStore {
                 id_floor = id_floor.max(seq.saturating_add(1));
             }
         }
+        let id_offset = id_floor.saturating_sub(db.generate_id().map_err(backend)?);
         let shared = Arc::new(Shared {
             trees,
             pending: Mutex::new(Vec::new()),
@@ -187,7 +190,7 @@ impl SledStore {
             journal_dir,
             writer: Some(tx),
             threads: vec![writer, checkpointer],
-            id_floor: AtomicU64::new(id_floor),
+            id_offset,
         })
     }
 
@@ -382,10 +385,10 @@ impl Store for SledStore {
     }
 
     fn next_id(&self) -> Result<u64, StoreError> {
-        // Both counters grow by one per call, so their maximum does too: unique, and above
-        // every sequence already stored.
+        // Not the larger of sled's id and a second counter: two callers at once could each
+        // take the other's (found on a new store, where both start at 0).
         let id = self.db.generate_id().map_err(backend)?;
-        Ok(id.max(self.id_floor.fetch_add(1, Ordering::Relaxed)))
+        Ok(id.saturating_add(self.id_offset))
     }
 
     async fn flush(&self) -> Result<(), StoreError> {

@@ -330,6 +330,32 @@ async fn ids_stay_above_what_the_journal_restored_after_an_early_crash() {
     );
 }
 
+#[test]
+fn ids_taken_at_the_same_time_on_a_new_store_are_all_different() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    // Publishing, staging replies and adding jobs all take ids, from any thread.
+    let ids: Vec<u64> = std::thread::scope(|scope| {
+        let takers: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..20_000)
+                        .map(|_| s.next_id().unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        takers.into_iter().flat_map(|t| t.join().unwrap()).collect()
+    });
+    let unique: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(
+        unique.len(),
+        ids.len(),
+        "{} ids handed out twice",
+        ids.len() - unique.len()
+    );
+}
+
 #[tokio::test]
 async fn ids_kept_outside_the_inbox_and_outbox_are_not_handed_out_again_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
