@@ -270,13 +270,26 @@ async fn a_given_up_message_leaves_the_ones_joined_behind_it_to_run() {
     assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
 }
 
-/// A `test` channel whose file downloads never end (as if the gateway died in them).
-#[derive(Default)]
+/// A `test` channel whose file downloads never end (as if the gateway died in them), or
+/// end as `go` lets them (one permit each).
 struct HangingFiles {
+    go: tokio::sync::Semaphore,
     fetches: std::sync::atomic::AtomicUsize,
     fetching: tokio::sync::Notify,
     sent: Mutex<Vec<String>>,
     sending: tokio::sync::Notify,
+}
+
+impl Default for HangingFiles {
+    fn default() -> Self {
+        Self {
+            go: tokio::sync::Semaphore::new(0),
+            fetches: Default::default(),
+            fetching: Default::default(),
+            sent: Default::default(),
+            sending: Default::default(),
+        }
+    }
 }
 
 #[async_trait]
@@ -317,11 +330,13 @@ impl switchboard_channel::Channel for HangingFiles {
         Ok(())
     }
 
-    async fn fetch_files(&self, _: &mut InboundMessage) {
+    async fn fetch_files(&self, msg: &mut InboundMessage) {
         self.fetches
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.fetching.notify_waiters();
-        std::future::pending::<()>().await;
+        self.go.acquire().await.expect("never closed").forget();
+        msg.metadata.remove(switchboard_channel::files::PENDING);
+        msg.text.push_str(" [fetched]");
     }
 }
 
@@ -377,4 +392,90 @@ async fn a_message_is_counted_before_its_download_which_can_be_what_stops_the_ga
     assert!(m.metadata.contains_key(PENDING));
     stop_bus(shutdown, tracker).await;
     assert!(turns.turns.lock().unwrap().is_empty());
+}
+
+/// Records turns as [`Turns`] does; those of chat `x` say they began, then wait for a
+/// permit of `open`.
+struct GatedX {
+    turns: Turns,
+    x_began: tokio::sync::Notify,
+    open: tokio::sync::Semaphore,
+}
+
+impl Default for GatedX {
+    fn default() -> Self {
+        Self {
+            turns: Turns::default(),
+            x_began: Default::default(),
+            open: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl TurnHandler for GatedX {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        if turn.key.chat_id == "x" {
+            self.x_began.notify_one();
+            self.open.acquire().await.expect("never closed").forget();
+        }
+        self.turns.handle(turn).await
+    }
+}
+
+#[tokio::test]
+async fn a_start_counted_before_a_download_is_taken_back_while_the_message_waits_for_a_turn() {
+    use switchboard_channel::files::leave_pending;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    // A crash left a message in chat x and one with a file in chat y, each once resumed.
+    let (x, y) = (ChatKey::new("test", "x"), ChatKey::new("test", "y"));
+    let mut first = message("x-0", &x, "x's");
+    first.metadata.insert("resumes".into(), 1.into());
+    leave_in_inbox(&*store, &first);
+    let mut photo = message("y-0", &y, "y's");
+    leave_pending(&mut photo, &serde_json::json!([{"file": "y-0"}]));
+    photo.metadata.insert("resumes".into(), 1.into());
+    leave_in_inbox(&*store, &photo);
+    let channel = Arc::new(HangingFiles::default());
+    let channels: switchboard::bus::ChannelRegistry = Default::default();
+    channels
+        .write()
+        .unwrap()
+        .insert("test".into(), channel.clone());
+    let handler = Arc::new(GatedX::default());
+    // One turn at a time, x's: y downloads its file, then waits.
+    let (bus, shutdown, tracker) = bus_with(&store, 1, handler.clone(), channels);
+    let fetching = channel.fetching.notified();
+    assert_eq!(bus.replay().await.unwrap(), 2);
+    tokio::time::timeout(WAIT, handler.x_began.notified())
+        .await
+        .expect("x's turn began");
+    tokio::time::timeout(WAIT, fetching)
+        .await
+        .expect("y's download began");
+    channel.go.add_permits(1);
+    // Counted before the download (2), taken back once it is done: waiting is not counted.
+    let y_resumes = || {
+        let entries = store.scan(Tree::Inbox, &[]).unwrap();
+        entries.iter().find_map(|(_, v)| {
+            let m: InboundMessage = serde_json::from_slice(v).unwrap();
+            (m.key == y).then(|| m.metadata["resumes"].as_u64().unwrap())
+        })
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while y_resumes() != Some(1) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {:?}",
+            y_resumes()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(handler.turns.turns.lock().unwrap().len() <= 1);
+    // y's own turn counts its start, once.
+    handler.open.add_permits(1);
+    let turns = handler.turns.wait_for(2).await;
+    assert_eq!(turns[1], [("y's [fetched]".to_string(), 2)]);
+    stop_bus(shutdown, tracker).await;
 }

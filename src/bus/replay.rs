@@ -93,6 +93,27 @@ impl Bus {
             batch.remove(0);
         }
     }
+
+    /// Take back the start [`Bus::count_starts`] counted for `q` before its download, now
+    /// that the download is done: the inbox entry is `before` again (the message as it came,
+    /// so its files are fetched again should the gateway stop while it waits), and the
+    /// turn's own start counts instead. Waiting for a turn slot is never counted.
+    pub(super) async fn uncount(&self, q: &mut Queued, before: InboundMessage) {
+        let Ok(body) = serde_json::to_vec(&before) else {
+            return;
+        };
+        let mut writes = Batch::default();
+        writes.put(Tree::Inbox, q.seq.to_be_bytes().to_vec(), body);
+        if let Err(e) = self.store.commit(writes).await {
+            tracing::warn!(id = %q.msg.id, "could not take back a start counted before a download: {e}");
+            return;
+        }
+        match before.metadata.get("resumes") {
+            Some(n) => q.msg.metadata.insert("resumes".into(), n.clone()),
+            None => q.msg.metadata.remove("resumes"),
+        };
+        q.counted = true;
+    }
 }
 
 /// Count one more start at which `msg` (inbox entry `key`) is resumed, into `writes`; `true`

@@ -13,7 +13,8 @@ use crate::store::{Batch, Tree};
 /// How often the typing indicator is refreshed while a turn runs (Telegram's lasts 5 s).
 const TYPING_EVERY: Duration = Duration::from_secs(4);
 /// Messages of one chat whose files are fetched at once (an album), so that one chat's
-/// files do not take every download an adapter allows at a time.
+/// files do not take every download an adapter allows at a time (each message fetches at
+/// most 2 of its files at once).
 const FETCHES_PER_CHAT: usize = 2;
 /// Longest wait between two tries to record a turn's replies.
 const RECORD_RETRY_MAX: Duration = Duration::from_secs(30);
@@ -28,6 +29,7 @@ impl Bus {
             if batch.iter().any(|q| files::has_pending(&q.msg)) {
                 // Counted before its download, which can be what stops the gateway; what
                 // the count stores is the message as it came, its files still to fetch.
+                let uncounted = batch.first().filter(|q| q.counted).map(|q| q.msg.clone());
                 self.count_starts(&mut batch).await;
                 if batch.is_empty() {
                     self.turn_finished(&key);
@@ -38,9 +40,19 @@ impl Bus {
                     biased;
                     // The messages stay in the inbox; their files are fetched at the next start.
                     _ = self.shutdown.cancelled() => break,
-                    // `/stop`: the turn below finds itself stopped.
-                    _ = cancel.cancelled() => {}
+                    _ = cancel.cancelled() => {
+                        if self.interrupt.is_cancelled() {
+                            break;
+                        }
+                        self.drop_stopped(&key, &batch).await;
+                        continue;
+                    }
                     _ = self.fetch_files(&key, &mut batch) => {}
+                }
+                if let Some(msg) = uncounted {
+                    // Downloaded: what follows is a wait for a turn slot, which must not
+                    // count (the turn's own start does).
+                    self.uncount(&mut batch[0], msg).await;
                 }
             }
             let permit = tokio::select! {
@@ -145,6 +157,20 @@ impl Bus {
             _ = fetching => {}
             _ = typing => unreachable!("the typing loop never ends"),
         }
+    }
+
+    /// `/stop` before the batch's turn began (during its download): its messages are
+    /// done with, without a turn, so they are neither kept in the chat's history nor run
+    /// at the next start. The `/stop` itself was answered.
+    async fn drop_stopped(&self, key: &ChatKey, batch: &[Queued]) {
+        let mut writes = Batch::default();
+        for q in batch {
+            writes.delete(Tree::Inbox, q.seq.to_be_bytes().to_vec());
+        }
+        if let Err(e) = self.store.commit(writes).await {
+            tracing::error!(%key, "could not drop the stopped messages; they run at the next start: {e}");
+        }
+        self.turn_finished(key);
     }
 
     /// A turn's replies and writes the store refused (`first`, a full disk say): tried

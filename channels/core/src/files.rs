@@ -24,6 +24,12 @@ use crate::InboundMessage;
 /// for [`crate::Channel::fetch_files`]: its own description of them, as JSON.
 pub const PENDING: &str = "pending_files";
 
+/// Files of one message fetched at once. With the bus fetching at most two messages of a
+/// chat at once, one chat holds at most 4 of an adapter's download slots, and waits in
+/// their queue with no more: a Discord post with 10 attachments leaves room for the
+/// other chats.
+const FILES_AT_ONCE: usize = 2;
+
 /// Leave `files` on `msg` to be fetched before its turn.
 pub fn leave_pending<T: Serialize>(msg: &mut InboundMessage, files: &T) {
     match serde_json::to_value(files) {
@@ -186,9 +192,9 @@ where
 }
 
 /// Fetch a message's files and put them on `msg`, in their order: an attachment for each,
-/// or, for one that did not come, `note(file, why)` in its text (and the log). All at once,
-/// each holding one of the adapter's download `slots` (shared by all its chats) and taking
-/// at most `limit` once it has one.
+/// or, for one that did not come, `note(file, why)` in its text (and the log). A few at
+/// once, each holding one of the adapter's download `slots` (shared by all its chats) and
+/// taking at most `limit` once it has one.
 pub async fn fetch_onto<'a, T, E, Fut>(
     msg: &mut InboundMessage,
     slots: &Semaphore,
@@ -219,8 +225,8 @@ pub async fn fetch_onto<'a, T, E, Fut>(
     }
 }
 
-/// Run `fetch` for every item at once, each holding one of the `slots` while it runs: the
-/// results in the items' order.
+/// Run `fetch` for every item, [`FILES_AT_ONCE`] at a time, each holding one of the
+/// `slots` while it runs: the results in the items' order.
 async fn fetch_all<'a, T, R, Fut>(
     slots: &Semaphore,
     items: &'a [T],
@@ -229,15 +235,23 @@ async fn fetch_all<'a, T, R, Fut>(
 where
     Fut: Future<Output = R>,
 {
-    let fetching = items.iter().map(|item| {
-        let fetched = fetch(item);
-        async move {
-            // Never closed: a closed semaphore only means no limit.
-            let _slot = slots.acquire().await;
-            fetched.await
-        }
-    });
-    futures_util::future::join_all(fetching).await
+    // Collected first: a stream over the `map` itself is not `Send` to the compiler (its
+    // closure's lifetimes), which the adapters' `async_trait` futures must be.
+    let fetching: Vec<_> = items
+        .iter()
+        .map(|item| {
+            let fetched = fetch(item);
+            async move {
+                // Never closed: a closed semaphore only means no limit.
+                let _slot = slots.acquire().await;
+                fetched.await
+            }
+        })
+        .collect();
+    futures_util::stream::iter(fetching)
+        .buffered(FILES_AT_ONCE)
+        .collect()
+        .await
 }
 
 #[cfg(test)]
@@ -299,5 +313,26 @@ mod tests {
         .await;
         assert_eq!(got, items);
         assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_with_many_files_leaves_slots_for_other_chats() {
+        let slots = Semaphore::new(8);
+        let hour = std::time::Duration::from_secs(3600);
+        // A post with 10 attachments on a link that takes an hour for each.
+        let album = [hour; 10];
+        let slow = fetch_all(&slots, &album, |d| tokio::time::sleep(*d));
+        let photo = [std::time::Duration::ZERO];
+        let quick = fetch_all(&slots, &photo, |d| tokio::time::sleep(*d));
+        tokio::pin!(slow);
+        tokio::select! {
+            // The album asks for its slots first.
+            biased;
+            _ = &mut slow => panic!("the album came down first"),
+            got = tokio::time::timeout(std::time::Duration::from_secs(60), quick) => {
+                assert!(got.is_ok(), "the other chat's photo waited for the album");
+            }
+        }
+        assert_eq!(slots.available_permits(), 8 - FILES_AT_ONCE);
     }
 }
