@@ -108,6 +108,10 @@ pub struct AgentConfig {
     pub history_messages: usize,
     pub tool_timeout: DurationStr,
     pub restrict_to_workspace: bool,
+    /// The variable holding the Brave Search API key `web_search` uses.
+    pub web_search_key_env: String,
+    /// Brave Search's web search endpoint (or a proxy's).
+    pub web_search_url: String,
 }
 
 impl Default for AgentConfig {
@@ -118,6 +122,8 @@ impl Default for AgentConfig {
             history_messages: 50,
             tool_timeout: DurationStr::secs(60),
             restrict_to_workspace: true,
+            web_search_key_env: "BRAVE_API_KEY".into(),
+            web_search_url: "https://api.search.brave.com/res/v1/web/search".into(),
         }
     }
 }

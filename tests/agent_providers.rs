@@ -311,19 +311,26 @@ async fn retries_429_honouring_retry_after_then_backs_off_exponentially() {
     let llm = FakeLlm::start().await;
     let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap());
     let (sleep, sleeps) = recording_sleep();
-    let p = Resilient::new(inner, vec![], 3).with_sleep(sleep);
+    let p = Resilient::new(inner, vec![], 4).with_sleep(sleep);
     llm.push(Reply::rate_limited(7));
     llm.push(Reply::server_error());
     llm.push(Reply::overloaded());
+    // A 5xx or 529 that says when to come back is heard too.
+    llm.push(Reply::overloaded().with_retry_after(11));
     llm.push(Reply::text("finally"));
     let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
     assert_eq!(r.text, "finally");
-    assert_eq!(llm.request_count(), 4);
+    assert_eq!(llm.request_count(), 5);
     let s = sleeps.lock().unwrap().clone();
     assert_eq!(s[0], Duration::from_secs(7), "Retry-After honoured");
     let (a, b) = (s[1].as_secs_f64(), s[2].as_secs_f64());
     assert!((3.2..=4.8).contains(&a), "2nd retry ≈ 4 s ±20 %: {a}");
     assert!((6.4..=9.6).contains(&b), "3rd retry ≈ 8 s ±20 %: {b}");
+    assert_eq!(
+        s[3],
+        Duration::from_secs(11),
+        "a 529's Retry-After honoured"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -56,6 +56,12 @@ async fn api_round_trip_and_session_continuity() {
     ask(&base, "bob", "hello").await;
     let reqs = llm.wait_for_requests(3, WAIT).await.unwrap();
     assert!(!reqs[2].body.to_string().contains("Ada"));
+    // Without a user, or with an empty one (some clients always send the field): the
+    // session `api:default`.
+    ask(&base, "", "who am I?").await;
+    let key: switchboard_channel::ChatKey = "api:default".parse().unwrap();
+    let session = switchboard::agent::session::Session::load(&*running.shared.store, &key).unwrap();
+    assert_eq!(session.messages.len(), 2, "{session:?}");
     // An API chat is never the heartbeat's `last` chat: it could not be reached unasked.
     assert_eq!(
         running

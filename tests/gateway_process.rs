@@ -394,6 +394,9 @@ async fn cli_works_offline_and_through_the_admin_api() {
     let (ok, out, _) = cli(&env, &["sessions", "show", "cli:local"]);
     assert!(ok);
     assert!(out.contains("user: hello from the terminal"), "{out}");
+    let (ok, out, _) = cli(&env, &["sessions", "show", "api:nobody"]);
+    assert!(ok);
+    assert_eq!(out.trim(), "no messages in api:nobody");
 
     // With a gateway running, the same commands go through its admin API. Its token is new
     // at every start (an old one, as a CLI may send to a stale address, opens nothing) and

@@ -104,10 +104,6 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
         err.contains("unknown channel `telgram` in `telgram:42`"),
         "{err}"
     );
-    // An API chat only gets the answers to its own requests: no job may target it.
-    let (ok, _, err) = cron_add(&env, "api:ops", &["--every", "1h"], "x");
-    assert!(!ok);
-    assert!(err.contains("a job cannot target `api:ops`"), "{err}");
     let (ok, out, _) = cli(&env, &["cron", "list"]);
     assert!(ok);
     assert!(out.contains("no jobs"), "{out}");
@@ -142,17 +138,34 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
     );
     assert!(ok, "{err}");
     assert!(out.contains("weekday digest"), "{out}");
-    // The running gateway (its admin API) refuses a key no channel serves, and an API
-    // chat's, as the offline CLI did.
+    // The running gateway (its admin API) refuses a key no channel serves, as the offline
+    // CLI did.
     let (ok, _, err) = cron_add(&env, "telgram:42", &["--every", "1h"], "x");
     assert!(!ok);
     assert!(
         err.contains("unknown channel `telgram` in `telgram:42`"),
         "{err}"
     );
-    let (ok, _, err) = cron_add(&env, "api:ops", &["--every", "1h"], "x");
-    assert!(!ok);
-    assert!(err.contains("a job cannot target `api:ops`"), "{err}");
+    // An API chat gets only the answers to its requests: its reminder is not pushed but
+    // kept in its history, where its next request finds it.
+    llm.push_for("drink water", Reply::text("Time for a glass of water."));
+    let (ok, _, err) = cron_add(&env, "api:ops", &["--at", "in 1s"], "drink water");
+    assert!(ok, "{err}");
+    let run = llm
+        .wait_for_request(|r| r.last_user_text().contains("drink water"), WAIT)
+        .await
+        .expect("the API chat's job fired through the agent");
+    assert!(run.last_user_text().contains("scheduled job"));
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (ok, out, err) = cli(&env, &["sessions", "show", "api:ops"]);
+        assert!(ok, "{err}");
+        if out.contains("Time for a glass of water.") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not kept: {out}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let reqs = llm
         .wait_for_request(|r| r.last_user_text().contains("stand-up time"), WAIT)
         .await
@@ -210,6 +223,28 @@ async fn a_heartbeat_is_composed_in_the_context_of_its_chat() {
         "no heartbeat with the chat's history: {:#?}",
         llm.requests().last().map(|r| &r.body["messages"])
     );
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn an_api_caller_is_the_owner_and_its_reminders_are_kept_not_pushed() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    // More often than a member may (once a minute): the API's caller is the operator.
+    llm.push(Reply::tool_call(
+        "cron",
+        serde_json::json!({"action": "add", "message": "ping", "every": "30s"}),
+    ));
+    llm.push(Reply::text("Set."));
+    let reply = common::ask(&common::base(&running), "ops", "ping me every 30 seconds").await;
+    assert_eq!(common::reply_text(&reply), "Set.");
+    let key: ChatKey = "api:ops".parse().unwrap();
+    assert_eq!(running.shared.scheduler.list(Some(&key)).len(), 1);
+    // The model was told the reminder is not pushed here, to say so.
+    let reqs = llm.requests();
+    assert!(reqs[1].body.to_string().contains("not pushed"), "{reqs:?}");
     shutdown.cancel();
     running.stopped().await;
 }

@@ -122,16 +122,6 @@ async fn the_tool_is_scoped_to_the_chat_unless_the_sender_is_the_owner() {
         "{e:?}"
     );
 
-    // Nor for a chat that only gets answers to its requests: the reminder would reach nobody.
-    let e = tool
-        .call(add("ping"), &ctx("api:alice".parse().unwrap(), true))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&e, ToolError::Refused(m) if m.contains("cannot reach api:alice")),
-        "{e:?}"
-    );
-
     // The owner lists the current chat's jobs, or every chat's with key "*", and may act
     // on any chat.
     let listed = |out: String| -> Vec<String> {
@@ -361,24 +351,31 @@ async fn a_finished_one_shot_job_is_kept_but_no_longer_listed() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn no_job_may_target_an_answers_only_chat_whoever_sets_it() {
+async fn chats_that_only_get_answers_have_jobs_and_the_model_is_told_they_are_not_pushed() {
     let dir = tempfile::tempdir().unwrap();
-    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
-    for (k, by) in [("api:default", "api"), ("cli:local", "cli")] {
-        let new = NewJob::new(
-            k.parse().unwrap(),
-            "hello",
-            ScheduleSpec::Every("1h".into()),
-            by,
-        );
-        let e = rig.scheduler.add(new).await.unwrap_err();
-        assert!(
-            e.to_string().starts_with(&format!(
-                "a job cannot target `{k}`: `api:` and `cli:` chats"
-            )),
-            "{e}"
-        );
-    }
-    assert!(rig.scheduler.list(None).is_empty());
+    let (rig, tool) = tool_rig(dir.path()).await;
+    let api: switchboard_channel::ChatKey = "api:alice".parse().unwrap();
+    let add = json!({"action": "add", "message": "stretch", "every": "1h"});
+    let out: Value =
+        serde_json::from_str(&tool.call(add, &ctx(api.clone(), true)).await.unwrap()).unwrap();
+    assert_eq!(out["added"]["key"], "api:alice", "{out}");
+    assert!(
+        out["note"].as_str().unwrap().contains("not pushed"),
+        "{out}"
+    );
+    // A Telegram chat's reminder is pushed: no such note.
+    let add = json!({"action": "add", "message": "water", "every": "1h"});
+    let out: Value =
+        serde_json::from_str(&tool.call(add, &ctx(key(), true)).await.unwrap()).unwrap();
+    assert!(out.get("note").is_none(), "{out}");
+    let new = NewJob::new(
+        "cli:local".parse().unwrap(),
+        "hello",
+        ScheduleSpec::Every("1h".into()),
+        "cli",
+    );
+    rig.scheduler.add(new).await.unwrap();
+    assert_eq!(rig.scheduler.list(Some(&api)).len(), 1);
+    assert_eq!(rig.scheduler.list(None).len(), 3);
     rig.stop().await;
 }

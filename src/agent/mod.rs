@@ -201,10 +201,8 @@ impl Agent {
             Arc::new(web_fetch),
             Arc::new(tools::memory::Memory),
             Arc::new(tools::read_skill::ReadSkill::new(skills.clone())),
+            Arc::new(tools::web::WebSearch::from_config(&self.config.agent)),
         ];
-        if let Some(search) = tools::web::WebSearch::from_env() {
-            list.push(Arc::new(search));
-        }
         list.extend(self.extra_tools.iter().cloned());
         Registry::new(list)
     }

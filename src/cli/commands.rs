@@ -241,7 +241,11 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
             if let Some(s) = session["summary"].as_str() {
                 out!("[summary] {s}\n");
             }
-            for m in session["messages"].as_array().into_iter().flatten() {
+            let messages = session["messages"].as_array();
+            if session["summary"].is_null() && messages.is_none_or(|m| m.is_empty()) {
+                out!("no messages in {key}");
+            }
+            for m in messages.into_iter().flatten() {
                 out!(
                     "{}: {}",
                     m["role"].as_str().unwrap_or("?"),

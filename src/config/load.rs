@@ -265,6 +265,7 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     check_url("channels.telegram.api_url", &c.channels.telegram.api_url)?;
     check_url("channels.discord.api_url", &c.channels.discord.api_url)?;
     check_url("channels.slack.api_url", &c.channels.slack.api_url)?;
+    check_url("agent.web_search_url", &c.agent.web_search_url)?;
     for (name, len, max) in [
         (
             "telegram",
@@ -324,15 +325,14 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
                 ),
             ));
         }
-        // Such a chat gets only the answers to its own requests: a beat would reach nobody.
+        // Such a chat gets only the answers to its own requests: a beat is kept in its
+        // history, not pushed.
         Some(Ok(key)) if crate::channels::answers_only(&key) => {
-            return Err(invalid(
-                "heartbeat.target",
-                format!(
-                    "{:?} only gets the answers to its own requests, so a heartbeat there \
-                     would reach nobody; use \"last\" or a Telegram, Discord or Slack chat key",
-                    h.target
-                ),
+            warnings.push(format!(
+                "heartbeat.target: {:?} only gets the answers to its own requests, so what a \
+                 heartbeat says there is kept in its history, not pushed; use \"last\" or a \
+                 Telegram, Discord or Slack chat key to be told",
+                h.target
             ));
         }
         // A warning, not an error: a program embedding the gateway may add its own channels.
@@ -361,6 +361,7 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     }
     for (key, name) in [
         ("llm.api_key_env", &l.api_key_env),
+        ("agent.web_search_key_env", &c.agent.web_search_key_env),
         (
             "channels.telegram.token_env",
             &c.channels.telegram.token_env,

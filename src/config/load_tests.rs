@@ -78,14 +78,6 @@ fn each_invalid_class_names_the_key_path() {
             "heartbeat.active_hours",
         ),
         ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
-        (
-            "[heartbeat]\ntarget = \"api:default\"",
-            "heartbeat.target: \"api:default\" only gets the answers",
-        ),
-        (
-            "[heartbeat]\ntarget = \"cli:local\"",
-            "heartbeat.target: \"cli:local\"",
-        ),
         ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
         (
             "[llm]\nprovider = \"anthropic\"",
@@ -190,6 +182,15 @@ fn a_heartbeat_target_on_an_unknown_channel_warns_and_a_huge_turn_limit_is_refus
     assert!(
         l.warnings.iter().any(|w| w.starts_with(
             "heartbeat.target: this build has no channel named \"telegarm\" (did you mean `telegram`?)"
+        )),
+        "{:?}",
+        l.warnings
+    );
+    // An API chat's beats are kept in its history, not pushed: allowed, with a warning.
+    let l = load_str("[heartbeat]\ntarget = \"api:default\"\n", Path::new("/b")).unwrap();
+    assert!(
+        l.warnings.iter().any(|w| w.starts_with(
+            "heartbeat.target: \"api:default\" only gets the answers to its own requests"
         )),
         "{:?}",
         l.warnings

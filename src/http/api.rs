@@ -325,6 +325,8 @@ pub async fn chat_completions(
     };
     let user = match body.get("user") {
         None | Some(Value::Null) => "default",
+        // Some clients always send the field, empty when they have no user.
+        Some(Value::String(u)) if u.trim().is_empty() => "default",
         Some(Value::String(u)) => u.as_str(),
         Some(_) => {
             return error(
@@ -373,11 +375,13 @@ pub async fn chat_completions(
         rand::random::<u64>(),
         rand::random::<u64>()
     );
+    // Whoever may use this API is the operator: only this machine may, or a holder of
+    // `SWITCHBOARD_API_TOKEN` (and such a caller already has the agent's `exec`).
     let sender = Sender {
         id: user.to_string(),
         username: None,
         display_name: user.to_string(),
-        is_owner: false,
+        is_owner: true,
     };
     let mut msg = InboundMessage::text(id.clone(), key.clone(), sender, text);
     // Every request waits for its own answer, so API messages are never joined.

@@ -171,7 +171,13 @@ pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -
     }
     match status {
         429 => LlmError::RateLimited { retry_after },
-        500..=599 => LlmError::Unavailable(format!("HTTP {status}: {snippet}")),
+        500..=599 => match retry_after {
+            Some(retry_after) => LlmError::Overloaded {
+                retry_after,
+                detail: format!("HTTP {status}: {snippet}"),
+            },
+            None => LlmError::Unavailable(format!("HTTP {status}: {snippet}")),
+        },
         _ => LlmError::Refused {
             status: Some(status),
             detail: snippet,

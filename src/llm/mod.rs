@@ -112,6 +112,12 @@ pub enum LlmError {
     /// 5xx / 529 or a connection failure: worth retrying.
     #[error("model provider unavailable: {0}")]
     Unavailable(String),
+    /// 5xx / 529 with the server's `Retry-After`: retried when it says.
+    #[error("model provider unavailable: {detail} (retry after {retry_after:?})")]
+    Overloaded {
+        retry_after: Duration,
+        detail: String,
+    },
     /// The prompt is larger than the model's context window.
     #[error("the conversation is too long for the model's context window")]
     ContextOverflow,
@@ -133,7 +139,9 @@ impl LlmError {
     pub fn brief(&self) -> String {
         match self {
             LlmError::RateLimited { .. } => "the model provider is rate limiting requests".into(),
-            LlmError::Unavailable(_) => "the model provider is unavailable".into(),
+            LlmError::Unavailable(_) | LlmError::Overloaded { .. } => {
+                "the model provider is unavailable".into()
+            }
             LlmError::ContextOverflow => "the conversation is too long for the model".into(),
             LlmError::QuotaExhausted { .. } => {
                 "the gateway's account at the model provider has no quota or credit left".into()
@@ -175,7 +183,7 @@ impl LlmError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            LlmError::RateLimited { .. } | LlmError::Unavailable(_)
+            LlmError::RateLimited { .. } | LlmError::Unavailable(_) | LlmError::Overloaded { .. }
         )
     }
 }

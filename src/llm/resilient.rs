@@ -95,7 +95,8 @@ impl Resilient {
         match err {
             LlmError::RateLimited {
                 retry_after: Some(d),
-            } => (*d).min(MAX_RETRY_AFTER),
+            }
+            | LlmError::Overloaded { retry_after: d, .. } => (*d).min(MAX_RETRY_AFTER),
             _ => crate::backoff::delay(attempt, BASE_DELAY, MAX_DELAY),
         }
     }

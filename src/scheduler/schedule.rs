@@ -90,12 +90,6 @@ pub enum ScheduleError {
         key: String,
         known: String,
     },
-    #[error(
-        "a job cannot target `{0}`: `api:` and `cli:` chats only get the answers to their own \
-         requests, so a reminder there would reach nobody; target a Telegram, Discord or Slack \
-         chat (like \"telegram:123456\")"
-    )]
-    AnswersOnly(String),
     #[error("no job with id {0:?}")]
     NotFound(String),
     #[error("the gateway is stopping: run the job again once it is back")]

@@ -105,12 +105,7 @@ impl CronTool {
             Err(_) => return Err(failed(ScheduleError::Ambiguous)),
         };
         let key = self.target(args, ctx)?;
-        if crate::channels::answers_only(&key) {
-            return Err(ToolError::Refused(format!(
-                "a reminder cannot reach {key}: this chat only gets answers to its own \
-                 requests; set it from a Telegram, Discord or Slack chat"
-            )));
-        }
+        let unpushed = crate::channels::answers_only(&key);
         let mut new = NewJob::new(key, message, spec, &format!("chat:{}", ctx.key));
         new.tz = arg(args, "tz").map(String::from);
         new.delivery = match arg(args, "delivery") {
@@ -127,7 +122,15 @@ impl CronTool {
             self.scheduler.add_limited(new, Limits::MEMBER).await
         };
         let job = added.map_err(failed)?;
-        Ok(json!({"added": job_json(&job)}).to_string())
+        let mut result = json!({"added": job_json(&job)});
+        if unpushed {
+            result["note"] = json!(
+                "this chat only gets answers to its own requests: when the job runs, its \
+                 reminder is kept in this chat's history for the next request, not pushed; \
+                 tell the user so"
+            );
+        }
+        Ok(result.to_string())
     }
 
     /// The current chat's active jobs, another chat's (owner, `key`), or every chat's

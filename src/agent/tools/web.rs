@@ -276,29 +276,28 @@ fn decode_entities(s: &str) -> String {
     out
 }
 
-/// `web_search`: Brave Search API, offered only when its key variable is set.
+/// `web_search`: the Brave Search API. Always offered: without its key, a call says how
+/// to set one up, so the model can tell the user rather than guess it cannot search.
 pub struct WebSearch {
-    api_key: String,
+    /// The key, or the variable that should hold it.
+    api_key: Result<String, String>,
     endpoint: String,
     http: reqwest::Client,
 }
 
-/// The environment variable holding the Brave Search API key.
-pub const BRAVE_KEY_ENV: &str = "BRAVE_API_KEY";
-
 impl WebSearch {
-    /// The search tool when `BRAVE_API_KEY` is set.
-    pub fn from_env() -> Option<Self> {
-        let key = crate::config::secret(BRAVE_KEY_ENV)?;
-        Some(Self::new(
-            key,
-            "https://api.search.brave.com/res/v1/web/search",
-        ))
+    /// The search tool as `agent.web_search_key_env` and `agent.web_search_url` say.
+    pub fn from_config(agent: &crate::config::AgentConfig) -> Self {
+        let var = agent.web_search_key_env.trim();
+        let key = crate::config::secret(var).ok_or_else(|| var.to_string());
+        Self::new(key, &agent.web_search_url)
     }
 
-    /// A search tool against `endpoint` (a fake in tests).
-    pub fn new(api_key: String, endpoint: &str) -> Self {
-        switchboard_channel::redact::register(&api_key);
+    /// A search tool against `endpoint` with `api_key` (or the name of its unset variable).
+    pub fn new(api_key: Result<String, String>, endpoint: &str) -> Self {
+        if let Ok(key) = &api_key {
+            switchboard_channel::redact::register(key);
+        }
         Self {
             api_key,
             endpoint: endpoint.to_string(),
@@ -327,13 +326,23 @@ impl Tool for WebSearch {
         true
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
+        let key = self.api_key.as_ref().map_err(|var| {
+            let set = match var.as_str() {
+                "" => "agent.web_search_key_env names no variable".to_string(),
+                var => format!("${var} is not set"),
+            };
+            ToolError::Failed(format!(
+                "web search is not set up ({set}): the gateway's operator can get a Brave \
+                 Search API key at https://brave.com/search/api/ and put it there"
+            ))
+        })?;
         let query = args["query"].as_str().unwrap_or_default();
         let count = args["count"].as_u64().unwrap_or(5);
         let resp = self
             .http
             .get(&self.endpoint)
             .query(&[("q", query), ("count", &count.to_string())])
-            .header("X-Subscription-Token", &self.api_key)
+            .header("X-Subscription-Token", key)
             .header("Accept", "application/json")
             .send()
             .await
@@ -369,7 +378,70 @@ impl Tool for WebSearch {
 
 #[cfg(test)]
 mod tests {
-    use super::html_to_text;
+    use super::{Tool, WebSearch, html_to_text};
+    use serde_json::json;
+
+    fn ctx() -> crate::agent::tool::ToolContext {
+        crate::agent::tool::ToolContext {
+            key: switchboard_channel::ChatKey::new("test", "1"),
+            sender_is_owner: false,
+            workspace: std::env::temp_dir(),
+            restrict_to_workspace: true,
+            cancel: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn search_asks_brave_with_the_key_and_lists_the_results() {
+        use axum::extract::{Query, State};
+        use axum::http::HeaderMap;
+        type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String, String)>>>;
+        let seen: Seen = Default::default();
+        let app = axum::Router::new()
+            .route(
+                "/res/v1/web/search",
+                axum::routing::get(
+                    |State(seen): State<Seen>,
+                     headers: HeaderMap,
+                     Query(q): Query<std::collections::HashMap<String, String>>| async move {
+                        let token = headers["x-subscription-token"].to_str().unwrap().to_string();
+                        seen.lock().unwrap().push((token, q["q"].clone(), q["count"].clone()));
+                        axum::Json(json!({"web": {"results": [
+                            {"title": "Rust", "url": "https://rust-lang.org/",
+                             "description": "A <strong>language</strong> &amp; more"}
+                        ]}}))
+                    },
+                ),
+            )
+            .with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let url = format!("http://{addr}/res/v1/web/search");
+        let search = WebSearch::new(Ok("brave-test-key".into()), &url);
+        let out = search
+            .call(json!({"query": "rust lang", "count": 3}), &ctx())
+            .await
+            .unwrap();
+        assert_eq!(out, "- Rust\n  https://rust-lang.org/\n  A language & more");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [("brave-test-key".into(), "rust lang".into(), "3".into())]
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_key_search_says_how_to_set_one_up() {
+        let search = WebSearch::new(Err("SB_NO_SUCH_KEY".into()), "http://127.0.0.1:9/");
+        let e = search
+            .call(json!({"query": "anything"}), &ctx())
+            .await
+            .unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("$SB_NO_SUCH_KEY is not set"), "{e}");
+        assert!(e.contains("brave.com/search/api"), "{e}");
+    }
 
     #[test]
     fn html_becomes_readable_text() {
