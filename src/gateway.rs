@@ -33,11 +33,10 @@ pub const TURN_GRACE: Duration = Duration::from_secs(5);
 pub enum GatewayError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
+    // Not `source`: the message carries it, and a chain printed with `{:#}` would say it
+    // twice.
+    #[error("cannot listen on {addr}: {cause}")]
+    Listen { addr: String, cause: std::io::Error },
     #[error("{0}")]
     Setup(String),
 }
@@ -252,8 +251,13 @@ pub async fn start(
         })
         .with_publisher(Arc::new(BusPublisher { bus: bus.clone() }))
         .with_status(Arc::new(move |key: &ChatKey| {
+            let now = if status_bus.is_running(key) {
+                "Now: working on a reply (/stop stops it)\n"
+            } else {
+                ""
+            };
             format!(
-                "Queue: {} waiting\nActive chats: {}",
+                "{now}Queue: {} waiting\nActive chats: {}",
                 status_bus.queued_for(key),
                 status_bus.active_chats()
             )

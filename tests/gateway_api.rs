@@ -488,3 +488,28 @@ async fn a_request_waiting_at_shutdown_is_told_and_the_stop_is_clean() {
     );
     assert_eq!(store.len(switchboard::store::Tree::Inbox), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_is_answered_at_once_while_a_turn_runs() {
+    let llm = FakeLlm::start().await;
+    llm.set_delay(Duration::from_secs(10));
+    let env = Env::new(&llm.base_url(), "");
+    let opts = switchboard::StartOptions {
+        turn_grace: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let (running, shutdown) = env.start(opts).await;
+    let url = base(&running);
+    let slow = tokio::spawn(async move { ask(&url, "ann", "a slow question").await });
+    llm.wait_for_requests(1, WAIT)
+        .await
+        .expect("the turn started");
+    // Not behind the running turn (10 s): answered now, and it says what is going on.
+    let status = reply_text(&ask(&base(&running), "ann", "/status").await);
+    assert!(status.contains("Now: working on a reply"), "{status}");
+    assert!(status.contains("Model: "), "{status}");
+    assert!(!slow.is_finished());
+    assert_eq!(llm.request_count(), 1);
+    shutdown.cancel();
+    running.stopped().await;
+}

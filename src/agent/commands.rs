@@ -1,6 +1,7 @@
 //! Chat commands answered without the LLM: `/new`, `/status`, `/help`, and extra commands
 //! the gateway registers (`/reminders`).
-//! (`/stop` is handled by the bus, since it must not wait behind the running turn.)
+//! (`/stop` is handled by the bus, since it must not wait behind the running turn, and so
+//! is `/status`, with the text made here.)
 
 use switchboard_channel::OutboundKind;
 
@@ -29,6 +30,20 @@ fn help(channel: &str) -> String {
     }
 }
 
+/// The `/status` text for `key` (the bus answers it at once, even while a turn runs).
+pub(super) fn status(agent: &Agent, key: &switchboard_channel::ChatKey) -> String {
+    let session = Session::load(agent.store.as_ref(), key).unwrap_or_default();
+    let extra = (agent.status)(key);
+    format!(
+        "Model: {}\nSession: {} messages\n{}",
+        agent.config.llm.model,
+        session.messages.len(),
+        extra
+    )
+    .trim_end()
+    .to_string()
+}
+
 /// Answer a command, or `None` when the turn is not a known command.
 pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
     let [only] = turn.messages.as_slice() else {
@@ -46,18 +61,7 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
             "Started a fresh conversation.".to_string()
         }
         "help" | "start" => help(&turn.key.channel),
-        "status" => {
-            let session = Session::load(agent.store.as_ref(), &turn.key).unwrap_or_default();
-            let extra = (agent.status)(&turn.key);
-            format!(
-                "Model: {}\nSession: {} messages\n{}",
-                agent.config.llm.model,
-                session.messages.len(),
-                extra
-            )
-            .trim_end()
-            .to_string()
-        }
+        "status" => status(agent, &turn.key),
         other => match agent.commands.get(other) {
             Some(f) => f(&turn.key),
             None => return None,

@@ -276,4 +276,7 @@ impl TurnHandler for Agent {
     fn stop_background(&self, key: &ChatKey) -> bool {
         self.stop_subagents(key) > 0
     }
+    fn status(&self, key: &ChatKey) -> Option<String> {
+        Some(commands::status(self, key))
+    }
 }

@@ -8,6 +8,7 @@
 //! are delivered with retries; replies still failing after them wait, in their chat's order,
 //! for the outbox's sweep.
 
+mod at_once;
 mod outbox;
 mod replay;
 mod seen;
@@ -72,6 +73,11 @@ pub trait TurnHandler: Send + Sync + 'static {
     /// there was any.
     fn stop_background(&self, _key: &ChatKey) -> bool {
         false
+    }
+    /// The answer to `/status` in `key`, given at once rather than behind the chat's
+    /// running turn; `None` leaves the command to a turn.
+    fn status(&self, _key: &ChatKey) -> Option<String> {
+        None
     }
 }
 
@@ -338,6 +344,13 @@ impl Bus {
                 results[i] = self.stop(msg, stopped, &mut results).await?;
                 continue;
             }
+            if switchboard_channel::command_name(&msg.text).as_deref() == Some("status")
+                && msg.origin == switchboard_channel::Origin::User
+                && let Some(text) = self.handler().and_then(|h| h.status(&msg.key))
+            {
+                results[i] = self.answer_at_once(msg, text).await?;
+                continue;
+            }
             fresh.push((i, msg));
         }
         let mut rest = fresh.into_iter().peekable();
@@ -395,61 +408,6 @@ impl Bus {
             results[i] = Published::Accepted;
         }
         Ok(())
-    }
-
-    /// `/stop`: cancel the key's running turn; it never queues behind that turn. `earlier`
-    /// (its sender's messages in the chat that came with it, before it) are dropped, marked
-    /// seen so a redelivery does not run them either; `results` gets their outcome.
-    async fn stop(
-        self: &Arc<Self>,
-        msg: InboundMessage,
-        earlier: Vec<(usize, InboundMessage)>,
-        results: &mut [Published],
-    ) -> Result<Published, BusError> {
-        let now = now_secs();
-        let mut batch = Batch::default();
-        seen::mark(&mut batch, now, &msg.id);
-        if self.store.apply(batch)? == Applied::Conflict {
-            return Ok(Published::Duplicate);
-        }
-        let mut dropped = false;
-        for (i, m) in earlier {
-            let mut batch = Batch::default();
-            seen::mark(&mut batch, now, &m.id);
-            if self.store.apply(batch)? == Applied::Done {
-                tracing::info!(key = %m.key, id = %m.id, "dropped: a /stop came right after it");
-                results[i] = Published::Accepted;
-                dropped = true;
-            }
-        }
-        let cancelled = {
-            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            match slots.get(&msg.key).and_then(|s| s.running.as_ref()) {
-                Some(token) => {
-                    token.cancel();
-                    true
-                }
-                None => false,
-            }
-        };
-        let background = self.handler().is_some_and(|h| h.stop_background(&msg.key));
-        let text = if cancelled || dropped || background {
-            "Stopped."
-        } else {
-            "Nothing is running."
-        };
-        let mut reply = OutboundMessage::new(msg.key.clone(), text);
-        reply.in_reply_to_inbound = Some(msg.id.clone());
-        reply.reply_to = msg
-            .metadata
-            .get("message_id")
-            .and_then(|v| v.as_str())
-            .map(String::from);
-        // Delivered in the background: the adapter's intake (every other chat's messages)
-        // must not wait for this send and its retries.
-        self.record_then_deliver(vec![reply], Batch::default())
-            .await?;
-        Ok(Published::Accepted)
     }
 
     /// Send replies that did not come from a turn (pairing codes, notices, the `message`

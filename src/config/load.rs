@@ -109,6 +109,8 @@ fn friendly(msg: &str) -> String {
         ("expected a boolean", "expected true or false"),
         ("expected a string", "expected a string"),
         ("expected a sequence", "expected a list"),
+        // A section written as a value (`agent = 5`): serde names the Rust type.
+        ("expected struct ", "expected a table (a [section])"),
     ] {
         if msg.contains(pat) {
             let got = msg

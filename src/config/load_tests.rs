@@ -80,6 +80,10 @@ fn each_invalid_class_names_the_key_path() {
         ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
         ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
         (
+            "agent = 5",
+            "agent: expected a table (a [section]) (got integer `5`)",
+        ),
+        (
             "[llm]\nprovider = \"anthropic\"",
             "llm.base_url: \"https://api.openai.com/v1\" is OpenAI's; with provider = \"anthropic\"",
         ),

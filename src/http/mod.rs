@@ -25,17 +25,18 @@ pub async fn serve(
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) -> Result<SocketAddr, GatewayError> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| GatewayError::Listen {
-            addr: addr.to_string(),
-            source,
-        })?;
+    let listener =
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|cause| GatewayError::Listen {
+                addr: addr.to_string(),
+                cause,
+            })?;
     let bound = listener
         .local_addr()
-        .map_err(|source| GatewayError::Listen {
+        .map_err(|cause| GatewayError::Listen {
             addr: addr.to_string(),
-            source,
+            cause,
         })?;
     if !bound.ip().is_loopback() && crate::config::secret("SWITCHBOARD_API_TOKEN").is_none() {
         tracing::warn!(
@@ -113,4 +114,24 @@ async fn slack_events(
         body,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_port_in_use_is_named_once_with_its_cause() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap().to_string();
+        let listener = tokio::net::TcpListener::bind(&addr).await;
+        let e = super::super::gateway::GatewayError::Listen {
+            addr: addr.clone(),
+            cause: listener.unwrap_err(),
+        };
+        let said = format!("{:#}", anyhow::Error::from(e));
+        assert!(
+            said.starts_with(&format!("cannot listen on {addr}: ")),
+            "{said}"
+        );
+        assert_eq!(said.matches("in use").count(), 1, "{said}");
+    }
 }

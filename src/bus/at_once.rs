@@ -1,0 +1,89 @@
+//! Commands the bus answers itself, at once: never queued behind the chat's running turn.
+
+use std::sync::Arc;
+
+use switchboard_channel::{InboundMessage, OutboundMessage, Published};
+
+use super::{Bus, BusError, now_secs, seen};
+use crate::store::{Applied, Batch};
+
+impl Bus {
+    /// `/stop`: cancel the key's running turn; it never queues behind that turn. `earlier`
+    /// (its sender's messages in the chat that came with it, before it) are dropped, marked
+    /// seen so a redelivery does not run them either; `results` gets their outcome.
+    pub(super) async fn stop(
+        self: &Arc<Self>,
+        msg: InboundMessage,
+        earlier: Vec<(usize, InboundMessage)>,
+        results: &mut [Published],
+    ) -> Result<Published, BusError> {
+        let now = now_secs();
+        let mut batch = Batch::default();
+        seen::mark(&mut batch, now, &msg.id);
+        if self.store.apply(batch)? == Applied::Conflict {
+            return Ok(Published::Duplicate);
+        }
+        let mut dropped = false;
+        for (i, m) in earlier {
+            let mut batch = Batch::default();
+            seen::mark(&mut batch, now, &m.id);
+            if self.store.apply(batch)? == Applied::Done {
+                tracing::info!(key = %m.key, id = %m.id, "dropped: a /stop came right after it");
+                results[i] = Published::Accepted;
+                dropped = true;
+            }
+        }
+        let cancelled = {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            match slots.get(&msg.key).and_then(|s| s.running.as_ref()) {
+                Some(token) => {
+                    token.cancel();
+                    true
+                }
+                None => false,
+            }
+        };
+        let background = self.handler().is_some_and(|h| h.stop_background(&msg.key));
+        let text = if cancelled || dropped || background {
+            "Stopped."
+        } else {
+            "Nothing is running."
+        };
+        self.reply_at_once(&msg, text.into()).await
+    }
+
+    /// A command answered by the bus itself (`/status`), not behind the chat's running
+    /// turn: marked seen like any message, then answered.
+    pub(super) async fn answer_at_once(
+        self: &Arc<Self>,
+        msg: InboundMessage,
+        text: String,
+    ) -> Result<Published, BusError> {
+        let mut batch = Batch::default();
+        seen::mark(&mut batch, now_secs(), &msg.id);
+        if self.store.apply(batch)? == Applied::Conflict {
+            return Ok(Published::Duplicate);
+        }
+        self.reply_at_once(&msg, text).await
+    }
+
+    /// Answer `msg` with `text`, through the outbox.
+    async fn reply_at_once(
+        &self,
+        msg: &InboundMessage,
+        text: String,
+    ) -> Result<Published, BusError> {
+        let mut reply = OutboundMessage::new(msg.key.clone(), text);
+        reply.in_reply_to_inbound = Some(msg.id.clone());
+        reply.reply_to = msg
+            .metadata
+            .get("message_id")
+            .and_then(|v| v.as_str())
+            .map(String::from);
+        // Delivered in the background: the adapter's intake (every other chat's messages)
+        // must not wait for this send and its retries.
+        self.record_then_deliver(vec![reply], Batch::default())
+            .await?;
+        Ok(Published::Accepted)
+    }
+}
