@@ -309,7 +309,10 @@ fn describe_cron_error(e: &str, translated: &str) -> String {
     if reason.is_empty() {
         "not a valid cron expression".into()
     } else {
-        reason.join(" ")
+        // The crate says "Hours must be less than 23" of the largest value it allows.
+        reason
+            .join(" ")
+            .replace(" must be less than ", " must be at most ")
     }
 }
 
@@ -395,5 +398,8 @@ mod tests {
             assert!(!e.contains('^') && !e.contains('\n'), "{expr}: {e}");
             assert!(e.contains(want), "{expr}: {e}");
         }
+        // The largest value allowed is named as such (23 is an hour).
+        assert!(error("0 25 * * *").starts_with("Hours must be at most 23"));
+        assert!(error("60 9 * * *").starts_with("Minutes must be at most 59"));
     }
 }
