@@ -270,6 +270,15 @@ async fn a_given_up_message_leaves_the_ones_joined_behind_it_to_run() {
     assert!(String::from_utf8_lossy(&told[0].1).contains("could not handle"));
 }
 
+/// A channel registry holding `channel`.
+fn registry_with(
+    channel: Arc<dyn switchboard_channel::Channel>,
+) -> switchboard::bus::ChannelRegistry {
+    let channels: switchboard::bus::ChannelRegistry = Default::default();
+    channels.write().unwrap().insert("test".into(), channel);
+    channels
+}
+
 /// A `test` channel whose file downloads never end (as if the gateway died in them), or
 /// end as `go` lets them (one permit each).
 struct HangingFiles {
@@ -356,11 +365,7 @@ async fn a_message_is_counted_before_its_download_which_can_be_what_stops_the_ga
     // Crashes in its download reached the limit: given up without another download.
     leave_in_inbox(&*store, &with_file("f-0", MAX_RESUMES));
     let channel = Arc::new(HangingFiles::default());
-    let channels: switchboard::bus::ChannelRegistry = Default::default();
-    channels
-        .write()
-        .unwrap()
-        .insert("test".into(), channel.clone());
+    let channels = registry_with(channel.clone());
     let turns = Arc::new(Turns::default());
     let (bus, shutdown, tracker) = bus_with(&store, 4, turns.clone(), channels.clone());
     let sending = channel.sending.notified();
@@ -438,11 +443,7 @@ async fn a_start_counted_before_a_download_is_taken_back_while_the_message_waits
     photo.metadata.insert("resumes".into(), 1.into());
     leave_in_inbox(&*store, &photo);
     let channel = Arc::new(HangingFiles::default());
-    let channels: switchboard::bus::ChannelRegistry = Default::default();
-    channels
-        .write()
-        .unwrap()
-        .insert("test".into(), channel.clone());
+    let channels = registry_with(channel.clone());
     let handler = Arc::new(GatedX::default());
     // One turn at a time, x's: y downloads its file, then waits.
     let (bus, shutdown, tracker) = bus_with(&store, 1, handler.clone(), channels);

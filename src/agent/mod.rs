@@ -256,14 +256,8 @@ impl Agent {
         text: impl Into<String>,
         kind: OutboundKind,
     ) -> OutboundMessage {
-        let mut r = OutboundMessage::new(last.key.clone(), text);
+        let mut r = OutboundMessage::answering(last, text);
         r.kind = kind;
-        r.in_reply_to_inbound = Some(last.id.clone());
-        r.reply_to = last
-            .metadata
-            .get("message_id")
-            .and_then(|v| v.as_str())
-            .map(String::from);
         r
     }
 }

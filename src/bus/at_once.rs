@@ -73,13 +73,7 @@ impl Bus {
         msg: &InboundMessage,
         text: String,
     ) -> Result<Published, BusError> {
-        let mut reply = OutboundMessage::new(msg.key.clone(), text);
-        reply.in_reply_to_inbound = Some(msg.id.clone());
-        reply.reply_to = msg
-            .metadata
-            .get("message_id")
-            .and_then(|v| v.as_str())
-            .map(String::from);
+        let reply = OutboundMessage::answering(msg, text);
         // Delivered in the background: the adapter's intake (every other chat's messages)
         // must not wait for this send and its retries.
         self.record_then_deliver(vec![reply], Batch::default())

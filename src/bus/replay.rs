@@ -136,13 +136,12 @@ fn count_resume(
             "giving up on a message: the gateway stopped {MAX_RESUMES} times while handling it");
         writes.delete(Tree::Inbox, key.to_vec());
         if msg.origin == switchboard_channel::Origin::User {
-            let mut reply = OutboundMessage::new(
-                msg.key.clone(),
+            let mut reply = OutboundMessage::answering(
+                msg,
                 "⚠️ Sorry, I could not handle your last message (it kept stopping me). \
                  Please try again, perhaps worded differently.",
             );
             reply.kind = switchboard_channel::OutboundKind::Error;
-            reply.in_reply_to_inbound = Some(msg.id.clone());
             told.push(reply);
         }
         return Ok(false);

@@ -71,8 +71,7 @@ impl GatewaySink {
                              (the code is valid for one hour)",
                             msg.key.channel
                         );
-                        let mut reply = OutboundMessage::new(msg.key.clone(), text);
-                        reply.in_reply_to_inbound = Some(msg.id.clone());
+                        let reply = OutboundMessage::answering(&msg, text);
                         self.bus
                             .send_direct_in_background(vec![reply])
                             .await

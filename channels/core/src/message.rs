@@ -203,6 +203,19 @@ impl OutboundMessage {
         }
     }
 
+    /// An answer to `msg`: in its chat, quoting it where the platform can (its
+    /// `message_id`), and tied to it (a request waiting for it gets it).
+    pub fn answering(msg: &InboundMessage, text: impl Into<String>) -> Self {
+        let mut reply = Self::new(msg.key.clone(), text);
+        reply.in_reply_to_inbound = Some(msg.id.clone());
+        reply.reply_to = msg
+            .metadata
+            .get("message_id")
+            .and_then(|v| v.as_str())
+            .map(String::from);
+        reply
+    }
+
     /// The reply with the tokens its turn used.
     pub fn with_usage(mut self, usage: TokenUsage) -> Self {
         self.usage = Some(usage);
