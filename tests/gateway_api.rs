@@ -221,6 +221,12 @@ async fn malformed_api_requests_get_clear_errors() {
             "{\"stream\": \"yes\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}",
             "`stream` must be true or false",
         ),
+        // An assistant's partial answer to continue: the user's message before it must not
+        // be answered again.
+        (
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"Q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+            "the last message must have role `user`",
+        ),
     ] {
         let r = http
             .post(&url)
@@ -236,10 +242,10 @@ async fn malformed_api_requests_get_clear_errors() {
             "{body}: {v}"
         );
     }
-    // Past the body limit (2 MiB): the same JSON error shape, 413.
+    // Past the body limit (32 MiB): the same JSON error shape, 413.
     let huge = format!(
         "{{\"messages\": [{{\"role\": \"user\", \"content\": \"{}\"}}]}}",
-        "x".repeat(3 * 1024 * 1024)
+        "x".repeat(33 * 1024 * 1024)
     );
     let r = http
         .post(&url)
@@ -276,6 +282,36 @@ async fn malformed_api_requests_get_clear_errors() {
         .unwrap();
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"][0]["id"], "switchboard", "{v}");
+    // Any other route: a JSON 404 that names it.
+    let r = http
+        .post(format!("{}/v1/embeddings", base(&running)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["message"], "no route for POST /v1/embeddings",
+        "{v}"
+    );
+    // A chat UI's history with a large image before a short question (only the last
+    // message is taken), whose image is named as left out.
+    let image = format!("data:image/png;base64,{}", "A".repeat(3 * 1024 * 1024));
+    let body = serde_json::json!({"user": "u", "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]},
+        {"role": "assistant", "content": "A cat."},
+        {"role": "user", "content": [
+            {"type": "text", "text": "and this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        ]}
+    ]});
+    let r = http.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        reply_text(&v),
+        "echo: and this?\n\n[1 attachment(s), such as an image, left out: this API takes text only]"
+    );
     // The gateway still answers.
     assert_eq!(
         reply_text(&ask(&base(&running), "u", "still there?").await),
@@ -487,29 +523,4 @@ async fn a_request_waiting_at_shutdown_is_told_and_the_stop_is_clean() {
             .is_some()
     );
     assert_eq!(store.len(switchboard::store::Tree::Inbox), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_is_answered_at_once_while_a_turn_runs() {
-    let llm = FakeLlm::start().await;
-    llm.set_delay(Duration::from_secs(10));
-    let env = Env::new(&llm.base_url(), "");
-    let opts = switchboard::StartOptions {
-        turn_grace: Duration::from_millis(100),
-        ..Default::default()
-    };
-    let (running, shutdown) = env.start(opts).await;
-    let url = base(&running);
-    let slow = tokio::spawn(async move { ask(&url, "ann", "a slow question").await });
-    llm.wait_for_requests(1, WAIT)
-        .await
-        .expect("the turn started");
-    // Not behind the running turn (10 s): answered now, and it says what is going on.
-    let status = reply_text(&ask(&base(&running), "ann", "/status").await);
-    assert!(status.contains("Now: working on a reply"), "{status}");
-    assert!(status.contains("Model: "), "{status}");
-    assert!(!slow.is_finished());
-    assert_eq!(llm.request_count(), 1);
-    shutdown.cancel();
-    running.stopped().await;
 }

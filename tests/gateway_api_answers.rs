@@ -1,6 +1,7 @@
 //! The API channel's answers over real HTTP against the fake LLM, whatever the turn does: a
 //! stream read late gets every word, a stopped stream says so after what came, a turn that
-//! says nothing after its tools answers at once.
+//! says nothing after its tools answers at once, `/status` is answered during a turn, and
+//! a request its client gave up withdraws its message.
 
 mod common;
 
@@ -96,6 +97,99 @@ async fn a_streamed_answer_arrives_whole_and_every_request_is_answered() {
             assert_eq!(v["choices"][0]["finish_reason"], "stop");
         }
     }
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_is_answered_at_once_while_a_turn_runs() {
+    let llm = FakeLlm::start().await;
+    llm.set_delay(Duration::from_secs(10));
+    let env = Env::new(&llm.base_url(), "");
+    let opts = switchboard::StartOptions {
+        turn_grace: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let (running, shutdown) = env.start(opts).await;
+    let url = base(&running);
+    let slow = tokio::spawn(async move { ask(&url, "ann", "a slow question").await });
+    llm.wait_for_requests(1, WAIT)
+        .await
+        .expect("the turn started");
+    // Not behind the running turn (10 s): answered now, and it says what is going on.
+    let status = reply_text(&ask(&base(&running), "ann", "/status").await);
+    assert!(status.contains("Now: working on a reply"), "{status}");
+    assert!(status.contains("Model: "), "{status}");
+    assert!(!slow.is_finished());
+    assert_eq!(llm.request_count(), 1);
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_its_client_gave_up_stops_its_turn() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let url = base(&running);
+    // A client that gives up after 300 ms (a timeout), then one that leaves a stream after
+    // its first chunk (a chat UI's Stop button).
+    let slow = |text: &str| Reply::text(text).with_delay(Duration::from_secs(3));
+    llm.push_for("a slow question", slow("the first abandoned answer"));
+    let gave_up = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .timeout(Duration::from_millis(300))
+        .json(&serde_json::json!({"user": "ann", "messages": [{"role": "user", "content": "a slow question"}]}))
+        .send()
+        .await;
+    assert!(gave_up.is_err());
+    llm.push_for("another slow one", slow("the second abandoned answer"));
+    let mut left = ask_stream(&url, "ann", "another slow one")
+        .await
+        .bytes_stream();
+    left.next().await.expect("the first chunk").unwrap();
+    // Left while the model is answering.
+    llm.wait_for_request(|r| r.last_user_text().contains("another slow one"), WAIT)
+        .await
+        .expect("its turn began");
+    drop(left);
+    // Neither holds up the next request, and neither answer enters the conversation.
+    let next = reply_text(&ask(&url, "ann", "never mind").await);
+    assert_eq!(next, "echo: never mind");
+    let reqs = llm.requests();
+    let body = reqs.last().unwrap().body.to_string();
+    assert!(body.contains("another slow one"), "{body}");
+    assert!(!body.contains("abandoned answer"), "{body}");
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_request_its_client_gave_up_never_runs() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let url = base(&running);
+    llm.push(Reply::text("the slow answer").with_delay(Duration::from_secs(2)));
+    let first_url = url.clone();
+    let first = tokio::spawn(async move { ask(&first_url, "bob", "a slow question").await });
+    llm.wait_for_requests(1, WAIT)
+        .await
+        .expect("the first turn began");
+    // Waiting behind it, given up.
+    let gave_up = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .timeout(Duration::from_millis(300))
+        .json(&serde_json::json!({"user": "bob", "messages": [{"role": "user", "content": "the withdrawn one"}]}))
+        .send()
+        .await;
+    assert!(gave_up.is_err());
+    assert_eq!(reply_text(&first.await.unwrap()), "the slow answer");
+    assert_eq!(reply_text(&ask(&url, "bob", "next").await), "echo: next");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "the withdrawn message never ran");
+    assert!(!reqs[1].body.to_string().contains("the withdrawn one"));
+    assert_eq!(running.shared.store.len(switchboard::store::Tree::Inbox), 0);
     shutdown.cancel();
     running.stopped().await;
 }

@@ -1,11 +1,13 @@
-//! Commands the bus answers itself, at once: never queued behind the chat's running turn.
+//! Commands the bus answers itself, at once: never queued behind the chat's running turn;
+//! and a message withdrawn by the request that waited for it.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use switchboard_channel::{InboundMessage, OutboundMessage, Published};
+use switchboard_channel::{ChatKey, InboundMessage, OutboundMessage, Published};
 
 use super::{Bus, BusError, now_secs, seen};
-use crate::store::{Applied, Batch};
+use crate::store::{Applied, Batch, Tree};
 
 impl Bus {
     /// `/stop`: cancel the key's running turn; it never queues behind that turn. `earlier`
@@ -50,6 +52,32 @@ impl Bus {
             "Nothing is running."
         };
         self.reply_at_once(&msg, text.into()).await
+    }
+
+    /// The message `id` of `key` is no longer wanted (the HTTP request waiting for its
+    /// answer went away): its turn is stopped as by `/stop` if it runs, or it leaves the
+    /// queue and the inbox if it waits. Whether it was found.
+    pub fn withdraw(&self, key: &ChatKey, id: &str) -> bool {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(slot) = slots.get_mut(key) else {
+            return false;
+        };
+        if slot.running_ids.iter().any(|r| r == id) {
+            if let Some(token) = &slot.running {
+                token.cancel();
+            }
+            return true;
+        }
+        let Some(at) = slot.pending.iter().position(|q| q.msg.id == id) else {
+            return false;
+        };
+        let q = slot.pending.remove(at).expect("found above");
+        drop(slots);
+        self.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+        if let Err(e) = self.store.delete(Tree::Inbox, &q.seq.to_be_bytes()) {
+            tracing::warn!(%key, id, "a withdrawn message stays in the inbox: {e}");
+        }
+        true
     }
 
     /// A command answered by the bus itself (`/status`), not behind the chat's running

@@ -106,6 +106,8 @@ struct Slot {
     pending: VecDeque<Queued>,
     /// Present while a turn of this key runs: cancels it (`/stop`).
     running: Option<CancellationToken>,
+    /// The ids of the messages that turn answers.
+    running_ids: Vec<String>,
 }
 
 /// The message bus. Cheap to share as `Arc<Bus>`.
@@ -499,6 +501,7 @@ impl Bus {
             }
         }
         slot.running = Some(cancel.clone());
+        slot.running_ids = batch.iter().map(|q| q.msg.id.clone()).collect();
         self.metrics
             .queue_depth
             .fetch_sub(batch.len() as u64, Ordering::Relaxed);
@@ -509,6 +512,7 @@ impl Bus {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = slots.get_mut(key) {
             slot.running = None;
+            slot.running_ids.clear();
         }
     }
 

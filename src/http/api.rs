@@ -4,7 +4,6 @@
 //! it); the last user message is the input and the gateway's own session is the history.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +11,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use switchboard_channel::{
@@ -28,6 +26,10 @@ use crate::gateway::Shared;
 use crate::llm::DeltaSink;
 
 /// Longest a request waits for its reply.
+mod stream;
+
+use stream::{StreamedReply, stream_reply};
+
 const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
 
 struct Waiter {
@@ -51,14 +53,22 @@ impl Default for ApiChannel {
 }
 
 /// Removes the waiter when the request ends (or the client goes away).
+/// Stops waiting for a reply when the request ends. A request that ends before its reply
+/// came (its client went away: the Stop button of a chat UI, a client's timeout) withdraws
+/// its message: its turn stops as by `/stop`, or it leaves the queue, so the abandoned
+/// answer neither holds up the user's next request nor enters the conversation.
 struct WaiterGuard<'a> {
     api: &'a ApiChannel,
+    bus: &'a crate::bus::Bus,
+    key: ChatKey,
     id: String,
 }
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
-        self.api.forget(&self.id);
+        if self.api.forget(&self.id) && self.bus.withdraw(&self.key, &self.id) {
+            tracing::info!(key = %self.key, id = %self.id, "the request went away: its turn is stopped");
+        }
     }
 }
 
@@ -79,7 +89,12 @@ impl ApiChannel {
     ) -> Result<OutboundMessage, String> {
         let id = msg.id.clone();
         let rx = self.wait_for(&id, &msg.key, None);
-        let _guard = WaiterGuard { api: self, id };
+        let _guard = WaiterGuard {
+            api: self,
+            bus,
+            key: msg.key.clone(),
+            id,
+        };
         match bus.publish(msg).await {
             Ok(Published::Accepted) => {}
             Ok(other) => return Err(format!("message not accepted: {other:?}")),
@@ -94,12 +109,13 @@ impl ApiChannel {
         }
     }
 
-    /// Stop waiting for the reply to `id`.
-    fn forget(&self, id: &str) {
+    /// Stop waiting for the reply to `id`; whether it had not come yet.
+    fn forget(&self, id: &str) -> bool {
         self.waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+            .remove(id)
+            .is_some()
     }
 
     fn wait_for(
@@ -239,6 +255,15 @@ fn error(status: StatusCode, message: &str, kind: &str) -> Response {
         .into_response()
 }
 
+/// Any other path or method: the same JSON error shape, so a client names the problem.
+pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        &format!("no route for {method} {}", uri.path()),
+        "invalid_request_error",
+    )
+}
+
 /// The error response for a request the API's access rules refuse (see `access`).
 fn refused(headers: &HeaderMap, peer: SocketAddr) -> Option<Response> {
     let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
@@ -259,24 +284,49 @@ pub async fn models(ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderM
     .into_response()
 }
 
-/// The text of the request's last user message (string content or text parts).
+/// The text of the request's last message, the user's (string content or text parts; other
+/// parts, such as images, are named as left out).
 fn last_user_text(body: &Value) -> Result<String, String> {
     let messages = body
         .get("messages")
         .and_then(Value::as_array)
         .ok_or("`messages` must be a non-empty array")?;
     let last = messages
-        .iter()
-        .rev()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .last()
         .ok_or("`messages` has no message with role `user`")?;
+    if last.get("role").and_then(Value::as_str) != Some("user") {
+        // An assistant's partial answer to continue, or a tool's result: an earlier user
+        // message would be answered again in their place.
+        return Err(
+            "the last message must have role `user`: the gateway keeps the \
+                    conversation itself and answers each new user message"
+                .into(),
+        );
+    }
     match last.get("content") {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => Ok(parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n")),
+        Some(Value::Array(parts)) => {
+            let mut texts: Vec<&str> = Vec::new();
+            let mut other = 0;
+            for p in parts {
+                match p.get("text").and_then(Value::as_str) {
+                    Some(t) => texts.push(t),
+                    None => other += 1,
+                }
+            }
+            let mut text = texts.join("\n");
+            if other > 0 {
+                let note = format!(
+                    "[{other} attachment(s), such as an image, left out: this API takes text only]"
+                );
+                text = if text.is_empty() {
+                    note
+                } else {
+                    format!("{text}\n\n{note}")
+                };
+            }
+            Ok(text)
+        }
         _ => Err("the last user message has no text `content`".into()),
     }
 }
@@ -415,6 +465,7 @@ pub async fn chat_completions(
     let completion_id = format!("chatcmpl-{}", &id[8..]);
     if let (true, Some(deltas)) = (stream, delta_rx) {
         let reply = StreamedReply {
+            key,
             id,
             completion_id,
             model,
@@ -425,6 +476,8 @@ pub async fn chat_completions(
     }
     let guard = WaiterGuard {
         api: &shared.api,
+        bus: &shared.bus,
+        key,
         id,
     };
     let reply = match tokio::time::timeout(REPLY_TIMEOUT, reply_rx).await {
@@ -461,108 +514,3 @@ fn usage_json(u: TokenUsage) -> Value {
         "total_tokens": u.prompt_tokens + u.completion_tokens,
     })
 }
-
-/// A streamed answer's identity, repeated in each of its chunks.
-struct StreamedReply {
-    /// The waiting request's inbound id.
-    id: String,
-    completion_id: String,
-    model: String,
-    created: i64,
-    /// Whether the client asked for a last chunk with the tokens used.
-    include_usage: bool,
-}
-
-impl StreamedReply {
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> Event {
-        self.event(
-            json!([{"index": 0, "delta": delta, "finish_reason": finish}]),
-            None,
-        )
-    }
-
-    fn event(&self, choices: Value, usage: Option<Value>) -> Event {
-        let mut body = json!({
-            "id": self.completion_id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        });
-        if self.include_usage {
-            // Null on every chunk but the last, as OpenAI sends it.
-            body["usage"] = usage.unwrap_or(Value::Null);
-        }
-        Event::default().data(body.to_string())
-    }
-}
-
-fn stream_reply(
-    shared: Arc<Shared>,
-    reply: StreamedReply,
-    mut reply_rx: oneshot::Receiver<OutboundMessage>,
-    mut deltas: mpsc::UnboundedReceiver<String>,
-) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
-    let (tx, rx) = mpsc::channel::<Event>(64);
-    tokio::spawn(async move {
-        let _guard = WaiterGuard {
-            api: &shared.api,
-            id: reply.id.clone(),
-        };
-        let send = |e| tx.send(e);
-        if send(reply.chunk(json!({"role": "assistant", "content": ""}), None))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let mut streamed = String::new();
-        let deadline = tokio::time::sleep(REPLY_TIMEOUT);
-        tokio::pin!(deadline);
-        let final_msg = loop {
-            tokio::select! {
-                Some(d) = deltas.recv() => {
-                    streamed.push_str(&d);
-                    if send(reply.chunk(json!({"content": d}), None)).await.is_err() {
-                        return;
-                    }
-                }
-                r = &mut reply_rx => break r.ok(),
-                _ = &mut deadline => break None,
-            }
-        };
-        // Deltas still queued, then whatever of the final text was not streamed.
-        while let Ok(d) = deltas.try_recv() {
-            streamed.push_str(&d);
-            let _ = send(reply.chunk(json!({"content": d}), None)).await;
-        }
-        let usage = final_msg.as_ref().and_then(|m| m.usage).unwrap_or_default();
-        let rest = match final_msg {
-            // A continuation of what was streamed (or all of it): the part not sent yet.
-            Some(m) if m.text.starts_with(streamed.as_str()) => {
-                m.text[streamed.len()..].to_string()
-            }
-            // The last round's answer after earlier rounds' text: streamed already.
-            Some(m) if streamed.ends_with(m.text.as_str()) => String::new(),
-            // Said after what was streamed: an error (the model failed mid-answer),
-            // "Stopped.", the note that the step limit was reached.
-            Some(m) => format!("\n\n{}", m.text),
-            None if streamed.is_empty() => "⚠️ No reply in time.".into(),
-            None => "\n\n⚠️ No reply in time.".into(),
-        };
-        if !rest.is_empty() {
-            let _ = send(reply.chunk(json!({"content": rest}), None)).await;
-        }
-        let _ = send(reply.chunk(json!({}), Some("stop"))).await;
-        if reply.include_usage {
-            let _ = send(reply.event(json!([]), Some(usage_json(usage)))).await;
-        }
-        let _ = send(Event::default().data("[DONE]")).await;
-    });
-    // Comments while the model thinks (retries may take minutes), so idle proxies keep the
-    // connection.
-    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, Infallible>))
-        .keep_alive(axum::response::sse::KeepAlive::default())
-}
-
-use futures_util::StreamExt as _;
