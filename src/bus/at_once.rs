@@ -56,8 +56,12 @@ impl Bus {
 
     /// The message `id` of `key` is no longer wanted (the HTTP request waiting for its
     /// answer went away): its turn is stopped as by `/stop` if it runs, or it leaves the
-    /// queue and the inbox if it waits. Whether it was found.
+    /// queue and the inbox if it waits. Whether it was found. Nothing at shutdown.
     pub fn withdraw(&self, key: &ChatKey, id: &str) -> bool {
+        // Requests end at shutdown too: their messages stay for the next start.
+        if self.shutdown.is_cancelled() {
+            return false;
+        }
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let Some(slot) = slots.get_mut(key) else {
             return false;
