@@ -193,3 +193,42 @@ async fn a_queued_request_its_client_gave_up_never_runs() {
     shutdown.cancel();
     running.stopped().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_given_up_while_the_gateway_stops_keeps_its_message() {
+    let llm = FakeLlm::start().await;
+    llm.set_delay(Duration::from_secs(10));
+    let env = Env::new(&llm.base_url(), "");
+    let opts = switchboard::StartOptions {
+        turn_grace: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let (running, shutdown) = env.start(opts).await;
+    let url = base(&running);
+    let first_url = url.clone();
+    let _first = tokio::spawn(async move { ask(&first_url, "cy", "running").await });
+    llm.wait_for_requests(1, WAIT)
+        .await
+        .expect("the turn began");
+    // Waiting behind it; its client gives up while the gateway stops.
+    let waiting = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .timeout(Duration::from_millis(500))
+            .json(&serde_json::json!({"user": "cy", "messages": [{"role": "user", "content": "waiting"}]}))
+            .send()
+            .await
+    });
+    let key: switchboard_channel::ChatKey = "api:cy".parse().unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while running.shared.bus.queued_for(&key) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    assert!(waiting.await.unwrap().is_err(), "the client gave up");
+    let store = running.shared.store.clone();
+    running.stopped().await;
+    // Both stay for the next start: the running one interrupted, the waiting one queued.
+    assert_eq!(store.len(switchboard::store::Tree::Inbox), 2);
+}
