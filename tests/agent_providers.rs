@@ -373,6 +373,21 @@ async fn falls_back_after_repeated_500s_and_cools_the_failed_model_down() {
 }
 
 #[tokio::test]
+async fn a_5xx_asking_to_come_back_in_an_hour_goes_to_the_fallback_at_once() {
+    let llm = FakeLlm::start().await;
+    let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap());
+    let (sleep, sleeps) = recording_sleep();
+    let p = Resilient::new(inner, vec!["backup-model".into()], 8).with_sleep(sleep);
+    llm.fail_model("gpt-4o-mini", Reply::server_error().with_retry_after(3600));
+    llm.set_default(Reply::text("from backup"));
+    let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    assert_eq!(r.text, "from backup");
+    let models: Vec<String> = llm.requests().iter().map(|r| r.model.clone()).collect();
+    assert_eq!(models, ["gpt-4o-mini", "backup-model"]);
+    assert!(sleeps.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn gives_up_with_the_last_error_when_every_model_fails() {
     let llm = FakeLlm::start().await;
     let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap());

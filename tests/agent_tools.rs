@@ -1,5 +1,6 @@
 //! Built-in tools through the real `Agent` and the fake LLM: argument validation,
-//! workspace confinement, the `exec` deny list and environment, `web_fetch` SSRF checks.
+//! workspace confinement, the `exec` deny list and environment, `web_fetch` SSRF checks,
+//! the tools offered.
 
 mod agent_support;
 
@@ -246,4 +247,30 @@ async fn web_fetch_refuses_private_targets_even_after_redirects() {
     }
     assert!(r[2].contains("169.254.169.254"));
     assert_eq!(r[7], "Hi\n\nthere & back");
+}
+
+#[tokio::test]
+async fn every_tool_of_the_contract_is_offered_and_web_search_can_be_turned_off() {
+    let h = Harness::new().await;
+    turn(&h.agent(), &h.store, msg("t:1", "hi")).await;
+    let mut names = h.llm.requests()[0].tool_names();
+    names.sort();
+    for tool in [
+        "edit_file",
+        "exec",
+        "list_dir",
+        "memory",
+        "read_file",
+        "read_skill",
+        "web_fetch",
+        "web_search",
+        "write_file",
+    ] {
+        assert!(names.iter().any(|n| n == tool), "{tool} not in {names:?}");
+    }
+    let h = Harness::with(|c| c.agent.web_search_key_env = String::new()).await;
+    turn(&h.agent(), &h.store, msg("t:1", "hi")).await;
+    let names = h.llm.requests()[0].tool_names();
+    assert!(!names.iter().any(|n| n == "web_search"), "{names:?}");
+    assert!(names.iter().any(|n| n == "web_fetch"), "{names:?}");
 }

@@ -480,3 +480,29 @@ async fn a_start_counted_before_a_download_is_taken_back_while_the_message_waits
     assert_eq!(turns[1], [("y's [fetched]".to_string(), 2)]);
     stop_bus(shutdown, tracker).await;
 }
+
+#[tokio::test]
+async fn a_message_joined_behind_a_given_up_one_with_files_runs_uncounted() {
+    use switchboard::bus::MAX_RESUMES;
+    use switchboard_channel::files::leave_pending;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
+    // After a crash: a photo the gateway kept dying on, and a text joined behind it.
+    let key = ChatKey::new("test", "album");
+    let mut photo = message("p-0", &key, "crash me");
+    leave_pending(&mut photo, &serde_json::json!([{"file": "p-0"}]));
+    photo
+        .metadata
+        .insert("resumes".into(), serde_json::json!(MAX_RESUMES));
+    leave_in_inbox(&*store, &photo);
+    leave_in_inbox(&*store, &message("p-1", &key, "waited"));
+    let channel = Arc::new(HangingFiles::default());
+    let turns = Arc::new(Turns::default());
+    let (bus, shutdown, tracker) = bus_with(&store, 4, turns.clone(), registry_with(channel));
+    assert_eq!(bus.replay().await.unwrap(), 2);
+    // The photo is given up; the text runs, its own count untouched (the photo's count is
+    // not taken back onto it).
+    assert_eq!(turns.wait_for(1).await, [vec![("waited".to_string(), 0)]]);
+    stop_bus(shutdown, tracker).await;
+    assert!(store.scan(Tree::Inbox, &[]).unwrap().is_empty());
+}

@@ -118,7 +118,7 @@ async fn status_is_answered_at_once_while_a_turn_runs() {
         .expect("the turn started");
     // Not behind the running turn (10 s): answered now, and it says what is going on.
     let status = reply_text(&ask(&base(&running), "ann", "/status").await);
-    assert!(status.contains("Now: working on a reply"), "{status}");
+    assert!(status.contains("Now: on a message"), "{status}");
     assert!(status.contains("Model: "), "{status}");
     assert!(!slow.is_finished());
     assert_eq!(llm.request_count(), 1);
@@ -231,4 +231,47 @@ async fn a_request_given_up_while_the_gateway_stops_keeps_its_message() {
     running.stopped().await;
     // Both stay for the next start: the running one interrupted, the waiting one queued.
     assert_eq!(store.len(switchboard::store::Tree::Inbox), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_waiting_for_a_turn_slot_drops_the_message_and_says_so() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let config = std::fs::read_to_string(env.config_path()).unwrap();
+    let config = config.replacen("[gateway]\n", "[gateway]\nmax_concurrent_turns = 1\n", 1);
+    std::fs::write(env.config_path(), config).unwrap();
+    let (running, shutdown) = env.start(Default::default()).await;
+    let url = base(&running);
+    // Dee's slow turn holds the only turn slot; Eve's message waits for it.
+    llm.push_for(
+        "slow",
+        Reply::text("done").with_delay(Duration::from_secs(2)),
+    );
+    let dee_url = url.clone();
+    let dee = tokio::spawn(async move { ask(&dee_url, "dee", "slow").await });
+    llm.wait_for_requests(1, WAIT)
+        .await
+        .expect("dee's turn began");
+    let eve_url = url.clone();
+    let eve = tokio::spawn(async move { ask(&eve_url, "eve", "never run me").await });
+    let key: switchboard_channel::ChatKey = "api:eve".parse().unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !running.shared.bus.is_running(&key) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "eve's message never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(reply_text(&ask(&url, "eve", "/stop").await), "Stopped.");
+    // Her waiting request is told at once, and her message never reaches the model or her
+    // history.
+    assert_eq!(reply_text(&eve.await.unwrap()), "Stopped.");
+    assert_eq!(reply_text(&dee.await.unwrap()), "done");
+    assert_eq!(reply_text(&ask(&url, "eve", "hello").await), "echo: hello");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    assert!(!reqs[1].body.to_string().contains("never run me"));
+    shutdown.cancel();
+    running.stopped().await;
 }

@@ -228,23 +228,44 @@ async fn a_heartbeat_is_composed_in_the_context_of_its_chat() {
 }
 
 #[tokio::test]
-async fn an_api_caller_is_the_owner_and_its_reminders_are_kept_not_pushed() {
+async fn an_api_caller_sets_reminders_for_its_chat_as_a_member_and_they_are_kept_not_pushed() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
     let (running, shutdown) = env.start(Default::default()).await;
-    // More often than a member may (once a minute): the API's caller is the operator.
+    llm.push(Reply::tool_call(
+        "cron",
+        serde_json::json!({"action": "add", "message": "stretch", "every": "1h"}),
+    ));
+    // Not the owner: nothing more often than once a minute, and no other chat.
     llm.push(Reply::tool_call(
         "cron",
         serde_json::json!({"action": "add", "message": "ping", "every": "30s"}),
     ));
+    llm.push(Reply::tool_call(
+        "message",
+        serde_json::json!({"key": "telegram:777", "text": "hi stranger"}),
+    ));
     llm.push(Reply::text("Set."));
-    let reply = common::ask(&common::base(&running), "ops", "ping me every 30 seconds").await;
+    let reply = common::ask(
+        &common::base(&running),
+        "ops",
+        "remind me hourly to stretch",
+    )
+    .await;
     assert_eq!(common::reply_text(&reply), "Set.");
     let key: ChatKey = "api:ops".parse().unwrap();
-    assert_eq!(running.shared.scheduler.list(Some(&key)).len(), 1);
-    // The model was told the reminder is not pushed here, to say so.
+    let jobs = running.shared.scheduler.list(Some(&key));
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].message, "stretch");
     let reqs = llm.requests();
-    assert!(reqs[1].body.to_string().contains("not pushed"), "{reqs:?}");
+    // The model was told the reminder is not pushed here, to say so, and was refused the rest.
+    let results = reqs[3].body.to_string();
+    assert!(results.contains("not pushed"), "{results}");
+    assert!(results.contains("once a minute"), "{results}");
+    assert!(
+        results.contains("only the owner may message new chats"),
+        "{results}"
+    );
     shutdown.cancel();
     running.stopped().await;
 }

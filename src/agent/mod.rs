@@ -201,8 +201,14 @@ impl Agent {
             Arc::new(web_fetch),
             Arc::new(tools::memory::Memory),
             Arc::new(tools::read_skill::ReadSkill::new(skills.clone())),
-            Arc::new(tools::web::WebSearch::from_config(&self.config.agent)),
         ];
+        // Offered also without its key (it then says how to set one up); an empty
+        // `agent.web_search_key_env` turns it off.
+        if !self.config.agent.web_search_key_env.trim().is_empty() {
+            list.push(Arc::new(tools::web::WebSearch::from_config(
+                &self.config.agent,
+            )));
+        }
         list.extend(self.extra_tools.iter().cloned());
         Registry::new(list)
     }
@@ -269,6 +275,13 @@ impl TurnHandler for Agent {
     }
     fn stop_background(&self, key: &ChatKey) -> bool {
         self.stop_subagents(key) > 0
+    }
+    fn stopped_before_start(&self, messages: &[InboundMessage]) {
+        if let Some(streams) = &self.streams {
+            for m in messages {
+                streams.stopped(&m.id);
+            }
+        }
     }
     fn status(&self, key: &ChatKey) -> Option<String> {
         Some(commands::status(self, key))

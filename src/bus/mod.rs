@@ -74,6 +74,9 @@ pub trait TurnHandler: Send + Sync + 'static {
     fn stop_background(&self, _key: &ChatKey) -> bool {
         false
     }
+    /// These messages were stopped before their turn began (`/stop` while they waited):
+    /// whoever waits for their answer (an API request) is told.
+    fn stopped_before_start(&self, _messages: &[InboundMessage]) {}
     /// The answer to `/status` in `key`, given at once rather than behind the chat's
     /// running turn; `None` leaves the command to a turn.
     fn status(&self, _key: &ChatKey) -> Option<String> {

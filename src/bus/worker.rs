@@ -29,7 +29,10 @@ impl Bus {
             if batch.iter().any(|q| files::has_pending(&q.msg)) {
                 // Counted before its download, which can be what stops the gateway; what
                 // the count stores is the message as it came, its files still to fetch.
-                let uncounted = batch.first().filter(|q| q.counted).map(|q| q.msg.clone());
+                let uncounted = batch
+                    .first()
+                    .filter(|q| q.counted)
+                    .map(|q| (q.seq, q.msg.clone()));
                 self.count_starts(&mut batch).await;
                 if batch.is_empty() {
                     self.turn_finished(&key);
@@ -49,9 +52,12 @@ impl Bus {
                     }
                     _ = self.fetch_files(&key, &mut batch) => {}
                 }
-                if let Some(msg) = uncounted {
-                    // Downloaded: what follows is a wait for a turn slot, which must not
-                    // count (the turn's own start does).
+                // Downloaded: what follows is a wait for a turn slot, which must not count
+                // (the turn's own start does). Not when the count gave that message up: the
+                // first one now is another.
+                if let Some((seq, msg)) = uncounted
+                    && batch[0].seq == seq
+                {
                     self.uncount(&mut batch[0], msg).await;
                 }
             }
@@ -60,6 +66,14 @@ impl Bus {
                 // also when a permit is free at the same moment (a turn stopping for it).
                 biased;
                 _ = self.shutdown.cancelled() => break,
+                // `/stop`, or its request gone, before the turn began.
+                _ = cancel.cancelled() => {
+                    if self.interrupt.is_cancelled() {
+                        break;
+                    }
+                    self.drop_stopped(&key, &batch).await;
+                    continue;
+                }
                 p = self.turns.clone().acquire_owned() => p,
             };
             let Ok(permit) = permit else { break };
@@ -159,9 +173,10 @@ impl Bus {
         }
     }
 
-    /// `/stop` before the batch's turn began (during its download): its messages are
-    /// done with, without a turn, so they are neither kept in the chat's history nor run
-    /// at the next start. The `/stop` itself was answered.
+    /// `/stop` (or its request gone) before the batch's turn began, during its download or
+    /// its wait for a turn slot: its messages are done with, without a turn, so they are
+    /// neither kept in the chat's history nor run at the next start. The `/stop` itself was
+    /// answered.
     async fn drop_stopped(&self, key: &ChatKey, batch: &[Queued]) {
         let mut writes = Batch::default();
         for q in batch {
@@ -169,6 +184,10 @@ impl Bus {
         }
         if let Err(e) = self.store.commit(writes).await {
             tracing::error!(%key, "could not drop the stopped messages; they run at the next start: {e}");
+        }
+        if let Some(handler) = self.handler() {
+            let messages: Vec<_> = batch.iter().map(|q| q.msg.clone()).collect();
+            handler.stopped_before_start(&messages);
         }
         self.turn_finished(key);
     }

@@ -30,6 +30,9 @@ mod stream;
 
 use stream::{StreamedReply, stream_reply};
 
+/// Largest `POST /v1/chat/completions` body.
+const BODY_LIMIT: usize = 32 * 1024 * 1024;
+
 const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
 
 struct Waiter {
@@ -62,11 +65,19 @@ struct WaiterGuard<'a> {
     bus: &'a crate::bus::Bus,
     key: ChatKey,
     id: String,
+    armed: bool,
+}
+
+impl WaiterGuard<'_> {
+    /// Another guard takes over.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
 }
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
-        if self.api.forget(&self.id) && self.bus.withdraw(&self.key, &self.id) {
+        if self.armed && self.api.forget(&self.id) && self.bus.withdraw(&self.key, &self.id) {
             tracing::info!(key = %self.key, id = %self.id, "the request went away: its turn is stopped");
         }
     }
@@ -94,6 +105,7 @@ impl ApiChannel {
             bus,
             key: msg.key.clone(),
             id,
+            armed: true,
         };
         match bus.publish(msg).await {
             Ok(Published::Accepted) => {}
@@ -107,6 +119,14 @@ impl ApiChannel {
             Ok(Err(_)) => Err("the reply was lost".into()),
             Err(_) => Err(format!("no reply within {timeout:?}")),
         }
+    }
+
+    /// Whether a request still waits for the reply to `id`.
+    fn is_waiting(&self, id: &str) -> bool {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(id)
     }
 
     /// Stop waiting for the reply to `id`; whether it had not come yet.
@@ -335,15 +355,33 @@ pub async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    body: axum::body::Body,
 ) -> Response {
     if let Some(refused) = refused(&headers, peer) {
         return refused;
     }
-    // Too large a body (or one that broke off) gets the same JSON error shape as the rest.
-    let body = match body {
+    // Read only once the caller may call: a large limit (chat UIs resend the whole
+    // conversation, images included, though only its last message is taken). Too large a
+    // body, or one that broke off, gets the same JSON error shape as the rest.
+    let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(b) => b,
-        Err(e) => return error(e.status(), &e.body_text(), "invalid_request_error"),
+        Err(e) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if too_large {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("the request body is over {} MiB", BODY_LIMIT >> 20),
+                    "invalid_request_error",
+                )
+            } else {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("the request body could not be read: {e}"),
+                    "invalid_request_error",
+                )
+            };
+        }
     };
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v @ Value::Object(_)) => v,
@@ -425,13 +463,14 @@ pub async fn chat_completions(
         rand::random::<u64>(),
         rand::random::<u64>()
     );
-    // Whoever may use this API is the operator: only this machine may, or a holder of
-    // `SWITCHBOARD_API_TOKEN` (and such a caller already has the agent's `exec`).
+    // Not the owner: any program or account on this machine may call, and a chat UI in
+    // front passes on all its users (the owner may message any chat, read and change every
+    // chat's reminders, and set them at any frequency).
     let sender = Sender {
         id: user.to_string(),
         username: None,
         display_name: user.to_string(),
-        is_owner: true,
+        is_owner: false,
     };
     let mut msg = InboundMessage::text(id.clone(), key.clone(), sender, text);
     // Every request waits for its own answer, so API messages are never joined.
@@ -444,7 +483,31 @@ pub async fn chat_completions(
         (None, None)
     };
     let reply_rx = shared.api.wait_for(&id, &key, delta_tx);
-    let refused = match shared.bus.publish(msg).await {
+    // Published by a task of its own: a client leaving during the durable write must not
+    // cut it off from the queueing after it (the message would wait for the next start).
+    // Should the client be gone once it is queued, it is withdrawn there.
+    let publishing = {
+        let (shared, key, id) = (shared.clone(), key.clone(), id.clone());
+        tokio::spawn(async move {
+            let published = shared.bus.publish(msg).await;
+            if matches!(published, Ok(Published::Accepted)) && !shared.api.is_waiting(&id) {
+                shared.bus.withdraw(&key, &id);
+            }
+            published
+        })
+    };
+    // A client gone meanwhile is noticed (the task above then withdraws the message).
+    let guard = WaiterGuard {
+        api: &shared.api,
+        bus: &shared.bus,
+        key: key.clone(),
+        id: id.clone(),
+        armed: true,
+    };
+    let published = publishing
+        .await
+        .unwrap_or(Err(crate::bus::BusError::ShuttingDown));
+    let refused = match published {
         Ok(Published::Accepted) => None,
         Ok(other) => Some(error(
             StatusCode::CONFLICT,
@@ -458,12 +521,13 @@ pub async fn chat_completions(
         )),
     };
     if let Some(response) = refused {
-        shared.api.forget(&id);
         return response;
     }
     let created = chrono::Utc::now().timestamp();
     let completion_id = format!("chatcmpl-{}", &id[8..]);
     if let (true, Some(deltas)) = (stream, delta_rx) {
+        // The stream's task has its own.
+        guard.disarm();
         let reply = StreamedReply {
             key,
             id,
@@ -474,12 +538,6 @@ pub async fn chat_completions(
         };
         return stream_reply(shared, reply, reply_rx, deltas).into_response();
     }
-    let guard = WaiterGuard {
-        api: &shared.api,
-        bus: &shared.bus,
-        key,
-        id,
-    };
     let reply = match tokio::time::timeout(REPLY_TIMEOUT, reply_rx).await {
         Ok(Ok(r)) => r,
         _ => {

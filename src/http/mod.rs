@@ -57,20 +57,13 @@ pub async fn serve(
     Ok(bound)
 }
 
-/// Largest `POST /v1/chat/completions` body.
-const API_BODY_LIMIT: usize = 32 * 1024 * 1024;
-
 fn router(shared: Arc<Shared>) -> Router {
     let r = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        // Chat UIs send the whole conversation, images included, at every request, though
-        // only its last message is taken: a larger limit here than elsewhere.
-        .route(
-            "/v1/chat/completions",
-            post(api::chat_completions).layer(axum::extract::DefaultBodyLimit::max(API_BODY_LIMIT)),
-        )
+        // Reads its body itself, after the access check (see `api::BODY_LIMIT`).
+        .route("/v1/chat/completions", post(api::chat_completions))
         .route("/v1/models", get(api::models));
     #[cfg(feature = "slack")]
     let r = r.route("/slack/events", post(slack_events));

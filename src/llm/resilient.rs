@@ -95,8 +95,9 @@ impl Resilient {
         match err {
             LlmError::RateLimited {
                 retry_after: Some(d),
-            }
-            | LlmError::Overloaded { retry_after: d, .. } => (*d).min(MAX_RETRY_AFTER),
+            } => (*d).min(MAX_RETRY_AFTER),
+            // At most MAX_DELAY (longer goes to the next model), and never no pause at all.
+            LlmError::Overloaded { retry_after, .. } => (*retry_after).max(Duration::from_secs(1)),
             _ => crate::backoff::delay(attempt, BASE_DELAY, MAX_DELAY),
         }
     }
@@ -128,6 +129,16 @@ impl LlmProvider for Resilient {
                     Ok(r) => return Ok(r),
                     Err(LlmError::ContextOverflow) => return Err(LlmError::ContextOverflow),
                     Err(e) if streamed.load(Ordering::Relaxed) => return Err(e),
+                    // Down for longer than any backoff (a maintenance window): the next
+                    // model now, rather than retries hours apart.
+                    Err(e @ LlmError::Overloaded { retry_after, .. })
+                        if retry_after > MAX_DELAY =>
+                    {
+                        tracing::warn!(%model, "giving up on this model: {e}");
+                        self.cool(&model);
+                        last_err = e;
+                        break;
+                    }
                     Err(e) if e.is_retryable() && attempt < self.max_retries => {
                         attempt += 1;
                         let wait = Self::delay_for(attempt, &e);

@@ -239,19 +239,23 @@ where
     // closure's lifetimes), which the adapters' `async_trait` futures must be.
     let fetching: Vec<_> = items
         .iter()
-        .map(|item| {
+        .enumerate()
+        .map(|(i, item)| {
             let fetched = fetch(item);
             async move {
                 // Never closed: a closed semaphore only means no limit.
                 let _slot = slots.acquire().await;
-                fetched.await
+                (i, fetched.await)
             }
         })
         .collect();
-    futures_util::stream::iter(fetching)
-        .buffered(FILES_AT_ONCE)
+    // As each ends, the next begins (a slow file does not hold up the ones after it).
+    let mut done: Vec<(usize, R)> = futures_util::stream::iter(fetching)
+        .buffer_unordered(FILES_AT_ONCE)
         .collect()
-        .await
+        .await;
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 #[cfg(test)]

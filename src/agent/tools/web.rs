@@ -327,13 +327,9 @@ impl Tool for WebSearch {
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
         let key = self.api_key.as_ref().map_err(|var| {
-            let set = match var.as_str() {
-                "" => "agent.web_search_key_env names no variable".to_string(),
-                var => format!("${var} is not set"),
-            };
             ToolError::Failed(format!(
-                "web search is not set up ({set}): the gateway's operator can get a Brave \
-                 Search API key at https://brave.com/search/api/ and put it there"
+                "web search is not set up (${var} is not set): the gateway's operator can get \
+                 a Brave Search API key at https://brave.com/search/api/ and put it there"
             ))
         })?;
         let query = args["query"].as_str().unwrap_or_default();

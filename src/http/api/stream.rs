@@ -61,6 +61,7 @@ pub(super) fn stream_reply(
             bus: &shared.bus,
             key: reply.key.clone(),
             id: reply.id.clone(),
+            armed: true,
         };
         let send = |e| tx.send(e);
         if send(reply.chunk(json!({"role": "assistant", "content": ""}), None))
