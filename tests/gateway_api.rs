@@ -305,6 +305,12 @@ async fn malformed_api_requests_get_clear_errors() {
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
         ]}
     ]});
+    let mut body = body;
+    // A system message after it (some clients add one) is passed over.
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"role": "system", "content": "be brief"}));
     let r = http.post(&url).json(&body).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let v: serde_json::Value = r.json().await.unwrap();

@@ -311,10 +311,14 @@ fn last_user_text(body: &Value) -> Result<String, String> {
         .get("messages")
         .and_then(Value::as_array)
         .ok_or("`messages` must be a non-empty array")?;
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
+    // A system message after it (some clients add one) is passed over like the others.
     let last = messages
-        .last()
+        .iter()
+        .rev()
+        .find(|m| !matches!(role(m).as_deref(), Some("system" | "developer")))
         .ok_or("`messages` has no message with role `user`")?;
-    if last.get("role").and_then(Value::as_str) != Some("user") {
+    if role(last).as_deref() != Some("user") {
         // An assistant's partial answer to continue, or a tool's result: an earlier user
         // message would be answered again in their place.
         return Err(
