@@ -233,27 +233,35 @@ async fn a_request_given_up_while_the_gateway_stops_keeps_its_message() {
     assert_eq!(store.len(switchboard::store::Tree::Inbox), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_while_waiting_for_a_turn_slot_drops_the_message_and_says_so() {
-    let llm = FakeLlm::start().await;
+/// A gateway with one turn slot, held by Dee's turn (60 s, until she stops it), and Eve's
+/// `text` waiting for it: the gateway, its URL, and Eve's request.
+async fn eve_waits_for_dee(
+    llm: &FakeLlm,
+    text: &'static str,
+) -> (
+    Env,
+    switchboard::gateway::Running,
+    tokio_util::sync::CancellationToken,
+    String,
+    tokio::task::JoinHandle<serde_json::Value>,
+) {
     let env = Env::new(&llm.base_url(), "");
     let config = std::fs::read_to_string(env.config_path()).unwrap();
     let config = config.replacen("[gateway]\n", "[gateway]\nmax_concurrent_turns = 1\n", 1);
     std::fs::write(env.config_path(), config).unwrap();
     let (running, shutdown) = env.start(Default::default()).await;
     let url = base(&running);
-    // Dee's slow turn holds the only turn slot; Eve's message waits for it.
     llm.push_for(
         "slow",
-        Reply::text("done").with_delay(Duration::from_secs(2)),
+        Reply::text("done").with_delay(Duration::from_secs(60)),
     );
     let dee_url = url.clone();
-    let dee = tokio::spawn(async move { ask(&dee_url, "dee", "slow").await });
+    tokio::spawn(async move { ask(&dee_url, "dee", "slow").await });
     llm.wait_for_requests(1, WAIT)
         .await
         .expect("dee's turn began");
     let eve_url = url.clone();
-    let eve = tokio::spawn(async move { ask(&eve_url, "eve", "never run me").await });
+    let eve = tokio::spawn(async move { ask(&eve_url, "eve", text).await });
     let key: switchboard_channel::ChatKey = "api:eve".parse().unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
     while !running.shared.bus.is_running(&key) {
@@ -263,15 +271,35 @@ async fn a_stop_while_waiting_for_a_turn_slot_drops_the_message_and_says_so() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    (env, running, shutdown, url, eve)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_waiting_for_a_turn_slot_drops_the_message_and_says_so() {
+    let llm = FakeLlm::start().await;
+    let (_env, running, shutdown, url, eve) = eve_waits_for_dee(&llm, "never run me").await;
     assert_eq!(reply_text(&ask(&url, "eve", "/stop").await), "Stopped.");
     // Her waiting request is told at once, and her message never reaches the model or her
     // history.
-    assert_eq!(reply_text(&eve.await.unwrap()), "Stopped.");
-    assert_eq!(reply_text(&dee.await.unwrap()), "done");
+    let told = tokio::time::timeout(WAIT, eve).await.expect("told at once");
+    assert_eq!(reply_text(&told.unwrap()), "Stopped.");
+    assert_eq!(reply_text(&ask(&url, "dee", "/stop").await), "Stopped.");
     assert_eq!(reply_text(&ask(&url, "eve", "hello").await), "echo: hello");
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2, "{reqs:?}");
     assert!(!reqs[1].body.to_string().contains("never run me"));
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_waiting_for_a_turn_slot_still_takes_effect_after_a_stop() {
+    let llm = FakeLlm::start().await;
+    let (_env, running, shutdown, url, eve) = eve_waits_for_dee(&llm, "/new").await;
+    assert_eq!(reply_text(&ask(&url, "eve", "/stop").await), "Stopped.");
+    assert_eq!(reply_text(&ask(&url, "dee", "/stop").await), "Stopped.");
+    let told = tokio::time::timeout(WAIT, eve).await.expect("answered");
+    assert_eq!(reply_text(&told.unwrap()), "Started a fresh conversation.");
     shutdown.cancel();
     running.stopped().await;
 }

@@ -70,11 +70,8 @@ impl Bus {
             if let Some(token) = &slot.running {
                 token.cancel();
             }
-            drop(slots);
-            // As `/stop` does: what the chat's turn set going in the background too.
-            if let Some(handler) = self.handler() {
-                handler.stop_background(key);
-            }
+            // Not the chat's sub-agents, as `/stop` does: others' requests may share the chat
+            // (`api:default`) and wait for theirs.
             return true;
         }
         let Some(at) = slot.pending.iter().position(|q| q.msg.id == id) else {

@@ -61,13 +61,19 @@ impl Bus {
                     self.uncount(&mut batch[0], msg).await;
                 }
             }
+            // What `/stop` (or its request gone) drops before the turn begins: the user's
+            // messages. A command (`/new`), a reminder or a sub-agent's result still runs,
+            // its turn stopped, as before (a command still takes effect, the rest is kept).
+            let droppable = batch.iter().all(|q| {
+                q.msg.origin == switchboard_channel::Origin::User
+                    && switchboard_channel::command_name(&q.msg.text).is_none()
+            });
             let permit = tokio::select! {
                 // The batch stays in the durable inbox and is replayed on the next start:
                 // also when a permit is free at the same moment (a turn stopping for it).
                 biased;
                 _ = self.shutdown.cancelled() => break,
-                // `/stop`, or its request gone, before the turn began.
-                _ = cancel.cancelled() => {
+                _ = cancel.cancelled(), if droppable => {
                     if self.interrupt.is_cancelled() {
                         break;
                     }

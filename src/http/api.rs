@@ -487,9 +487,8 @@ pub async fn chat_completions(
         (None, None)
     };
     let reply_rx = shared.api.wait_for(&id, &key, delta_tx);
-    // Published by a task of its own: a client leaving during the durable write must not
-    // cut it off from the queueing after it (the message would wait for the next start).
-    // Should the client be gone once it is queued, it is withdrawn there.
+    // Published by a task of its own, which withdraws the message once it is queued should
+    // its client be gone by then (the guard below withdraws it when it leaves later).
     let publishing = {
         let (shared, key, id) = (shared.clone(), key.clone(), id.clone());
         tokio::spawn(async move {
@@ -508,9 +507,17 @@ pub async fn chat_completions(
         id: id.clone(),
         armed: true,
     };
-    let published = publishing
-        .await
-        .unwrap_or(Err(crate::bus::BusError::ShuttingDown));
+    let published = match publishing.await {
+        Ok(published) => published,
+        Err(e) => {
+            tracing::error!(%key, "publishing an API message failed: {e}");
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the message could not be taken",
+                "server_error",
+            );
+        }
+    };
     let refused = match published {
         Ok(Published::Accepted) => None,
         Ok(other) => Some(error(
