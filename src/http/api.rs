@@ -25,7 +25,6 @@ use crate::agent::StreamRegistry;
 use crate::gateway::Shared;
 use crate::llm::DeltaSink;
 
-/// Longest a request waits for its reply.
 mod stream;
 
 use stream::{StreamedReply, stream_reply};
@@ -33,6 +32,7 @@ use stream::{StreamedReply, stream_reply};
 /// Largest `POST /v1/chat/completions` body.
 const BODY_LIMIT: usize = 32 * 1024 * 1024;
 
+/// Longest a request waits for its reply.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
 
 struct Waiter {
@@ -55,7 +55,6 @@ impl Default for ApiChannel {
     }
 }
 
-/// Removes the waiter when the request ends (or the client goes away).
 /// Stops waiting for a reply when the request ends. A request that ends before its reply
 /// came (its client went away: the Stop button of a chat UI, a client's timeout) withdraws
 /// its message: its turn stops as by `/stop`, or it leaves the queue, so the abandoned
