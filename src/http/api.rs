@@ -65,6 +65,9 @@ struct WaiterGuard<'a> {
     key: ChatKey,
     id: String,
     armed: bool,
+    /// Set when the request went away, for a publish still under way to withdraw the
+    /// message once it is queued.
+    gone: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl WaiterGuard<'_> {
@@ -76,7 +79,13 @@ impl WaiterGuard<'_> {
 
 impl Drop for WaiterGuard<'_> {
     fn drop(&mut self) {
-        if self.armed && self.api.forget(&self.id) && self.bus.withdraw(&self.key, &self.id) {
+        if !self.armed || !self.api.forget(&self.id) {
+            return;
+        }
+        if let Some(gone) = &self.gone {
+            gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        if self.bus.withdraw(&self.key, &self.id) {
             tracing::info!(key = %self.key, id = %self.id, "the request went away: its turn is stopped");
         }
     }
@@ -105,6 +114,7 @@ impl ApiChannel {
             key: msg.key.clone(),
             id,
             armed: true,
+            gone: None,
         };
         match bus.publish(msg).await {
             Ok(Published::Accepted) => {}
@@ -118,14 +128,6 @@ impl ApiChannel {
             Ok(Err(_)) => Err("the reply was lost".into()),
             Err(_) => Err(format!("no reply within {timeout:?}")),
         }
-    }
-
-    /// Whether a request still waits for the reply to `id`.
-    fn is_waiting(&self, id: &str) -> bool {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(id)
     }
 
     /// Stop waiting for the reply to `id`; whether it had not come yet.
@@ -488,11 +490,14 @@ pub async fn chat_completions(
     let reply_rx = shared.api.wait_for(&id, &key, delta_tx);
     // Published by a task of its own, which withdraws the message once it is queued should
     // its client be gone by then (the guard below withdraws it when it leaves later).
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let publishing = {
-        let (shared, key, id) = (shared.clone(), key.clone(), id.clone());
+        let (shared, key, id, gone) = (shared.clone(), key.clone(), id.clone(), gone.clone());
         tokio::spawn(async move {
             let published = shared.bus.publish(msg).await;
-            if matches!(published, Ok(Published::Accepted)) && !shared.api.is_waiting(&id) {
+            if matches!(published, Ok(Published::Accepted))
+                && gone.load(std::sync::atomic::Ordering::SeqCst)
+            {
                 shared.bus.withdraw(&key, &id);
             }
             published
@@ -505,6 +510,7 @@ pub async fn chat_completions(
         key: key.clone(),
         id: id.clone(),
         armed: true,
+        gone: Some(gone),
     };
     let published = match publishing.await {
         Ok(published) => published,

@@ -62,6 +62,7 @@ pub(super) fn stream_reply(
             key: reply.key.clone(),
             id: reply.id.clone(),
             armed: true,
+            gone: None,
         };
         let send = |e| tx.send(e);
         if send(reply.chunk(json!({"role": "assistant", "content": ""}), None))
