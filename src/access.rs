@@ -50,8 +50,11 @@ fn id_like(e: &str) -> bool {
     slack || (!e.is_empty() && e.chars().all(|c| c.is_ascii_digit()))
 }
 
-/// Decide for a user message; `approved` says whether the sender was approved by pairing.
+/// Decide for a user message; `approved` says whether the sender was approved by pairing
+/// (which `allowlist` ignores: only `allow_from` gets in, also after pairings made under
+/// `pairing`).
 pub fn decide(access: &Access, msg: &InboundMessage, approved: bool) -> Decision {
+    let approved = approved && access.dm_policy != DmPolicy::Allowlist;
     let known = approved || listed(access, msg);
     if msg.is_group {
         let sender_ok = known || access.dm_policy == DmPolicy::Open;
@@ -127,6 +130,16 @@ mod tests {
         assert_eq!(
             decide(&allow, &msg("7", Some("alice"), false, false), false),
             Decision::Allow
+        );
+        // Only `allow_from`: a pairing approved before the switch to `allowlist` no longer
+        // gets in, in a DM or a group.
+        assert_eq!(
+            decide(&allow, &msg("7", Some("bob"), false, false), true),
+            Decision::Ignore
+        );
+        assert_eq!(
+            decide(&allow, &msg("7", Some("bob"), true, true), true),
+            Decision::Ignore
         );
         let open = access(DmPolicy::Open, &[], GroupPolicy::Mention);
         assert_eq!(

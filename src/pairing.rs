@@ -14,6 +14,9 @@ const ALPHABET: &[u8] = b"ABCDEFGHJKMNPQRSTUVWXYZ23456789";
 const CODE_LEN: usize = 8;
 /// How long a code stays valid.
 pub const CODE_TTL: Duration = Duration::hours(1);
+/// Live codes a channel holds at most: past it, a new stranger gets no code and no answer
+/// (many accounts writing to the bot cannot make it post without end, nor fill the store).
+pub const MAX_PENDING: usize = 50;
 
 /// A sender waiting for approval.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,19 +68,37 @@ pub fn is_approved(store: &dyn Store, channel: &str, sender_id: &str) -> Result<
 
 /// The sender's live code, creating one when it has none (or it expired); `true` when the
 /// code is new, so the sender is told it once rather than on every message or redelivery.
+/// `None` when the channel already holds [`MAX_PENDING`] live codes. Expired codes are
+/// removed as new ones are made.
 pub async fn code_for(
     store: &dyn Store,
     channel: &str,
     sender: &Sender,
-) -> Result<(String, bool), StoreError> {
+) -> Result<Option<(String, bool)>, StoreError> {
     let now = Utc::now();
     if let Some(code) = store.get(Tree::Pairing, &k("sender", channel, &sender.id))? {
         let code = String::from_utf8_lossy(&code).into_owned();
         if let Some(req) = store.get_json::<Request>(Tree::Pairing, &k("code", channel, &code))? {
             if req.expires_at > now {
-                return Ok((code, false));
+                return Ok(Some((code, false)));
             }
         }
+    }
+    let mut b = Batch::default();
+    let mut live = 0;
+    for (key, v) in store.scan(Tree::Pairing, &k("code", channel, ""))? {
+        match serde_json::from_slice::<Request>(&v) {
+            Ok(r) if r.expires_at > now => live += 1,
+            Ok(r) => {
+                b.delete(Tree::Pairing, key);
+                b.delete(Tree::Pairing, k("sender", channel, &r.sender_id));
+            }
+            Err(_) => b.delete(Tree::Pairing, key),
+        }
+    }
+    if live >= MAX_PENDING {
+        store.commit(b).await?;
+        return Ok(None);
     }
     let code = new_code();
     let req = Request {
@@ -88,7 +109,6 @@ pub async fn code_for(
         display_name: sender.display_name.clone(),
         expires_at: now + CODE_TTL,
     };
-    let mut b = Batch::default();
     b.put(
         Tree::Pairing,
         k("code", channel, &code),
@@ -100,7 +120,7 @@ pub async fn code_for(
         code.clone(),
     );
     store.commit(b).await?;
-    Ok((code, true))
+    Ok(Some((code, true)))
 }
 
 /// Approve a pending code.
@@ -109,6 +129,7 @@ pub async fn approve(
     channel: &str,
     code: &str,
 ) -> Result<Approved, PairingError> {
+    let channel = &channel.trim().to_ascii_lowercase();
     let code = code.trim().to_uppercase();
     let unknown = || PairingError::UnknownCode {
         channel: channel.to_string(),
@@ -145,9 +166,10 @@ pub async fn revoke(
     channel: &str,
     user: &str,
 ) -> Result<Approved, PairingError> {
+    let channel = &channel.trim().to_ascii_lowercase();
     let user_l = user.trim().trim_start_matches('@').to_lowercase();
     let found = list(store)?.1.into_iter().find(|a| {
-        a.channel == channel
+        a.channel == *channel
             && (a.sender_id == user.trim()
                 || a.username
                     .as_deref()
@@ -205,8 +227,8 @@ mod tests {
             display_name: "Bob".into(),
             is_owner: false,
         };
-        let (c1, new1) = code_for(&store, "telegram", &s).await.unwrap();
-        let (c2, new2) = code_for(&store, "telegram", &s).await.unwrap();
+        let (c1, new1) = code_for(&store, "telegram", &s).await.unwrap().unwrap();
+        let (c2, new2) = code_for(&store, "telegram", &s).await.unwrap().unwrap();
         assert_eq!(c1, c2, "a live code is reused");
         assert!(new1 && !new2);
         assert!(!is_approved(&store, "telegram", "77").unwrap());
@@ -214,12 +236,70 @@ mod tests {
             approve(&store, "discord", &c1).await,
             Err(PairingError::UnknownCode { .. })
         ));
-        approve(&store, "telegram", &c1.to_lowercase())
+        approve(&store, "Telegram", &c1.to_lowercase())
             .await
             .unwrap();
         assert!(is_approved(&store, "telegram", "77").unwrap());
         assert!(list(&store).unwrap().0.is_empty());
         revoke(&store, "telegram", "@Bob").await.unwrap();
         assert!(!is_approved(&store, "telegram", "77").unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_channel_holds_a_bounded_number_of_live_codes_and_drops_expired_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        let stranger = |i: usize| Sender {
+            id: format!("s{i}"),
+            username: None,
+            display_name: format!("S{i}"),
+            is_owner: false,
+        };
+        for i in 0..MAX_PENDING {
+            assert!(
+                code_for(&store, "telegram", &stranger(i))
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+        }
+        // Full: the next stranger gets no code (and so no answer); another channel does.
+        assert!(
+            code_for(&store, "telegram", &stranger(999))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            code_for(&store, "discord", &stranger(999))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        // Codes that expired are removed, with their senders, as a new one is made.
+        let mut b = Batch::default();
+        for (key, v) in store.scan(Tree::Pairing, b"code:telegram:").unwrap() {
+            let mut r: Request = serde_json::from_slice(&v).unwrap();
+            r.expires_at = Utc::now() - Duration::minutes(1);
+            b.put(Tree::Pairing, key, serde_json::to_vec(&r).unwrap());
+        }
+        store.commit(b).await.unwrap();
+        assert!(
+            code_for(&store, "telegram", &stranger(999))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(
+            store.scan(Tree::Pairing, b"code:telegram:").unwrap().len(),
+            1
+        );
+        assert_eq!(
+            store
+                .scan(Tree::Pairing, b"sender:telegram:")
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }

@@ -57,9 +57,15 @@ impl GatewaySink {
                     Decision::Allow => {}
                     Decision::Ignore => return Ok(Err(Published::Ignored)),
                     Decision::Pair => {
-                        let (code, new) = pairing::code_for(store, &msg.key.channel, &msg.sender)
+                        let issued = pairing::code_for(store, &msg.key.channel, &msg.sender)
                             .await
                             .map_err(|e| err(&e))?;
+                        let Some((code, new)) = issued else {
+                            tracing::warn!(channel = %msg.key.channel, sender = %msg.sender.id,
+                                "unknown sender not answered: {} pairing codes are waiting already",
+                                pairing::MAX_PENDING);
+                            return Ok(Err(Published::Ignored));
+                        };
                         if !new {
                             // Told once already (this may be a redelivery of that message).
                             return Ok(Err(Published::Ignored));
