@@ -42,7 +42,7 @@ pub fn names_an_owner(access: &Access) -> bool {
 /// An entry written like a user id matches only the id: anyone may pick a username of
 /// digits (Discord) or one that reads like a Slack id, and would pass as the owner listed
 /// by id. Numbers (Telegram, Discord) and `U…`/`W…` (Slack) are ids; `@name` is a name.
-fn id_like(e: &str) -> bool {
+pub(crate) fn id_like(e: &str) -> bool {
     let slack = e.len() >= 9
         && (e.starts_with('U') || e.starts_with('W'))
         && e.chars()

@@ -308,6 +308,18 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
             ));
         }
     }
+    // Those listed are owners. A Slack name is not unique across organisations (a Slack
+    // Connect guest may carry the same one) and can change: worth a warning.
+    for (i, entry) in c.channels.slack.allow_from.iter().enumerate() {
+        let e = entry.trim();
+        if e != "*" && !crate::access::id_like(e) {
+            warnings.push(format!(
+                "channels.slack.allow_from[{i}]: {e:?} is a name; Slack names can change and \
+                 are not unique across organisations (Slack Connect), so list member ids \
+                 (U…, from the profile's ⋮ menu: Copy member ID) instead"
+            ));
+        }
+    }
     let h = &c.heartbeat;
     if h.interval.get() < std::time::Duration::from_secs(1) {
         return Err(invalid("heartbeat.interval", "must be at least 1s"));

@@ -190,6 +190,19 @@ fn a_heartbeat_target_on_an_unknown_channel_warns_and_a_huge_turn_limit_is_refus
         "{:?}",
         l.warnings
     );
+    // A Slack owner listed by name: a warning (ids are unique, names are not).
+    let l = load_str(
+        "[channels.slack]\nallow_from = [\"U0123ABCD\", \"alice\"]\n",
+        Path::new("/b"),
+    )
+    .unwrap();
+    let named: Vec<_> = l
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("channels.slack.allow_from["))
+        .collect();
+    assert_eq!(named.len(), 1, "{:?}", l.warnings);
+    assert!(named[0].starts_with("channels.slack.allow_from[1]: \"alice\" is a name"));
     // An API chat's beats are kept in its history, not pushed: allowed, with a warning.
     let l = load_str("[heartbeat]\ntarget = \"api:default\"\n", Path::new("/b")).unwrap();
     assert!(
