@@ -161,6 +161,11 @@ async fn unknown_dm_gets_a_pairing_code_and_is_answered_once_approved() {
     let reqs = t.llm.requests();
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].last_user_text(), "now do you know me?");
+
+    // Revoked by name, with the channel written as people do: the CLI says whom.
+    let (ok, out, err) = cli(&t.env, &["pairing", "revoke", "Telegram", "@bob"]);
+    assert!(ok, "revoke failed: {out}{err}");
+    assert!(out.contains("(5005)"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

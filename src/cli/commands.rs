@@ -192,20 +192,25 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
             );
         }
         PairingAction::Revoke { channel, user } => {
-            match &target {
+            let who = match &target {
                 Target::Remote { .. } => {
                     target
                         .post(
                             "/admin/pairing/revoke",
                             json!({"channel": channel, "user": user}),
                         )
-                        .await?;
+                        .await?
                 }
                 Target::Local(store) => {
-                    pairing::revoke(store.as_ref(), &channel, &user).await?;
+                    json!(pairing::revoke(store.as_ref(), &channel, &user).await?)
                 }
-            }
-            out!("revoked {user} on {channel}");
+            };
+            // Who it was (a name may have matched): the id, as approve says it.
+            out!(
+                "revoked {} ({}) on {channel}",
+                who["display_name"].as_str().unwrap_or(&user),
+                who["sender_id"].as_str().unwrap_or("")
+            );
         }
     }
     Ok(())
