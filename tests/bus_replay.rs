@@ -464,15 +464,7 @@ async fn a_start_counted_before_a_download_is_taken_back_while_the_message_waits
             (m.key == y).then(|| m.metadata["resumes"].as_u64().unwrap())
         })
     };
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while y_resumes() != Some(1) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still {:?}",
-            y_resumes()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::until("the count taken back", || y_resumes() == Some(1)).await;
     assert!(handler.turns.turns.lock().unwrap().len() <= 1);
     // y's own turn counts its start, once.
     handler.open.add_permits(1);

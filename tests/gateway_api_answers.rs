@@ -213,11 +213,10 @@ async fn a_request_given_up_while_the_gateway_stops_keeps_its_message() {
     // Waiting behind it; its client gives up while the gateway stops.
     let waiting = tokio::spawn(async move { give_up(&url, "cy", "waiting", 500).await });
     let key: switchboard_channel::ChatKey = "api:cy".parse().unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while running.shared.bus.queued_for(&key) == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "never queued");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::until("cy's message queued", || {
+        running.shared.bus.queued_for(&key) > 0
+    })
+    .await;
     shutdown.cancel();
     assert!(waiting.await.unwrap(), "the client gave up");
     let store = running.shared.store.clone();
@@ -256,14 +255,7 @@ async fn eve_waits_for_dee(
     let eve_url = url.clone();
     let eve = tokio::spawn(async move { ask(&eve_url, "eve", text).await });
     let key: switchboard_channel::ChatKey = "api:eve".parse().unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !running.shared.bus.is_running(&key) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "eve's message never came up"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::until("eve's message up", || running.shared.bus.is_running(&key)).await;
     (env, running, shutdown, url, eve)
 }
 

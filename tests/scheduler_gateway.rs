@@ -156,16 +156,12 @@ async fn cli_jobs_go_through_the_running_gateway_and_fire() {
         .await
         .expect("the API chat's job fired through the agent");
     assert!(run.last_user_text().contains("scheduled job"));
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    common::until("the reminder kept in the API chat's history", || {
         let (ok, out, err) = cli(&env, &["sessions", "show", "api:ops"]);
         assert!(ok, "{err}");
-        if out.contains("Time for a glass of water.") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "not kept: {out}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        out.contains("Time for a glass of water.")
+    })
+    .await;
     let reqs = llm
         .wait_for_request(|r| r.last_user_text().contains("stand-up time"), WAIT)
         .await

@@ -338,7 +338,8 @@ impl Bus {
                 self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if switchboard_channel::command_name(&msg.text).as_deref() == Some("stop") {
+            let command = switchboard_channel::command_name(&msg.text);
+            if command.as_deref() == Some("stop") {
                 // Its sender's messages in its chat just before it in this delivery (a
                 // backlog after an outage, one poll) are what it stops: they never run.
                 // Another member's question in the same group still does.
@@ -349,7 +350,7 @@ impl Bus {
                 results[i] = self.stop(msg, stopped, &mut results).await?;
                 continue;
             }
-            if switchboard_channel::command_name(&msg.text).as_deref() == Some("status")
+            if command.as_deref() == Some("status")
                 && msg.origin == switchboard_channel::Origin::User
                 && let Some(text) = self.handler().and_then(|h| h.status(&msg.key))
             {

@@ -99,7 +99,7 @@ impl Bus {
             };
             self.metrics.running_turns.fetch_add(1, Ordering::Relaxed);
             let started = Instant::now();
-            let seqs: Vec<u64> = batch.iter().map(|q| q.seq).collect();
+            let done = inbox_deletes(&batch);
             let input = TurnInput {
                 key: key.clone(),
                 messages: batch.iter().map(|q| q.msg.clone()).collect(),
@@ -126,10 +126,7 @@ impl Bus {
                 // Interrupted by `/stop`: the messages are done with.
                 Err(_) => Default::default(),
             };
-            let mut writes = Batch::default();
-            for seq in &seqs {
-                writes.delete(Tree::Inbox, seq.to_be_bytes().to_vec());
-            }
+            let mut writes = done;
             writes.extend(output.writes);
             let recorded = self
                 .outbox
@@ -184,11 +181,7 @@ impl Bus {
     /// neither kept in the chat's history nor run at the next start. The `/stop` itself was
     /// answered.
     async fn drop_stopped(&self, key: &ChatKey, batch: &[Queued]) {
-        let mut writes = Batch::default();
-        for q in batch {
-            writes.delete(Tree::Inbox, q.seq.to_be_bytes().to_vec());
-        }
-        if let Err(e) = self.store.commit(writes).await {
+        if let Err(e) = self.store.commit(inbox_deletes(batch)).await {
             tracing::error!(%key, "could not drop the stopped messages; they run at the next start: {e}");
         }
         if let Some(handler) = self.handler() {
@@ -227,6 +220,15 @@ impl Bus {
             wait = (wait * 2).min(RECORD_RETRY_MAX);
         }
     }
+}
+
+/// The writes that take `batch`'s messages out of the inbox (they are done with).
+fn inbox_deletes(batch: &[Queued]) -> Batch {
+    let mut writes = Batch::default();
+    for q in batch {
+        writes.delete(Tree::Inbox, q.seq.to_be_bytes().to_vec());
+    }
+    writes
 }
 
 /// Have `channel` fetch the files left on `msg`; without the channel, say so in the text.

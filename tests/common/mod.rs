@@ -261,3 +261,13 @@ pub fn reply_text(v: &serde_json::Value) -> String {
 pub fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
+
+/// Wait until `cond` holds, checking every 10 ms, for at most 20 s (there is no event to
+/// wait on: a store write, a worker's state); panics with `what` when it never does.
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
