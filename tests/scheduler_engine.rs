@@ -474,6 +474,7 @@ async fn jobs_stored_before_the_indexes_existed_are_indexed_at_start_and_fire() 
             delivery: Delivery::Agent,
             catch_up: CatchUp::Once,
             model: None,
+            set_by: Vec::new(),
         };
         let mut b = switchboard::store::Batch::default();
         b.put(Tree::Cron, Job::store_key(&old.id), old.to_bytes().unwrap());

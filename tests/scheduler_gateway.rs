@@ -56,7 +56,16 @@ async fn a_reminder_set_by_the_model_fires_into_its_chat() {
         .unwrap();
     let sent = ch.wait_for(1, WAIT).await;
     assert_eq!(sent[0].text, "Reminder set.");
-    assert_eq!(running.shared.scheduler.list(Some(&key)).len(), 1);
+    let jobs = running.shared.scheduler.list(Some(&key));
+    assert_eq!(jobs.len(), 1);
+    // Made by Ann's message: it fires only while she has access.
+    let ann_set_it = switchboard::access::Setter {
+        channel: "test".into(),
+        id: "u1".into(),
+        username: None,
+        group: false,
+    };
+    assert_eq!(jobs[0].set_by, [ann_set_it]);
 
     // The job fires: the agent gets a System(Cron) turn for the same chat and its reply
     // reaches that chat.
@@ -264,4 +273,51 @@ async fn an_api_caller_sets_reminders_for_its_chat_as_a_member_and_they_are_kept
     );
     shutdown.cancel();
     running.stopped().await;
+}
+
+/// `cron list` says why a job's last run did not go: here its setter lost access.
+#[tokio::test]
+async fn cron_list_says_why_a_last_run_was_skipped() {
+    use switchboard::scheduler::{CatchUp, Delivery, Job, Outcome, Run, Schedule};
+    use switchboard::store::{Batch, SledStore, Store, Tree};
+    let env = Env::new("http://127.0.0.1:9", "");
+    let at = chrono::DateTime::from_timestamp(1_790_000_000, 0).unwrap();
+    {
+        let store = SledStore::open(&env.data_dir()).unwrap();
+        let job = Job {
+            id: "jbob".into(),
+            key: OPS.parse().unwrap(),
+            message: "stretch".into(),
+            schedule: Schedule::Every {
+                every_ms: 3_600_000,
+                anchor: at,
+            },
+            tz: "UTC".into(),
+            created_by: format!("chat:{OPS}"),
+            created_at: at,
+            enabled: true,
+            next_run: Some(at + chrono::Duration::hours(1)),
+            runs: vec![Run {
+                at,
+                due: at,
+                outcome: Outcome::Skipped,
+                error: Some("@bob (telegram 42), who set it, no longer has access".into()),
+            }],
+            delivery: Delivery::Agent,
+            catch_up: CatchUp::Once,
+            model: None,
+            set_by: Vec::new(),
+        };
+        let mut b = Batch::default();
+        b.put(Tree::Cron, Job::store_key(&job.id), job.to_bytes().unwrap());
+        store.commit(b).await.unwrap();
+    }
+    let (ok, out, err) = cli(&env, &["cron", "list"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(
+            "stretch (last run skipped: @bob (telegram 42), who set it, no longer has access)"
+        ),
+        "{out}"
+    );
 }

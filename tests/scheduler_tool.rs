@@ -23,6 +23,7 @@ fn ctx(key: ChatKey, owner: bool) -> ToolContext {
         workspace: PathBuf::from("."),
         restrict_to_workspace: true,
         cancel: CancellationToken::new(),
+        set_by: Vec::new(),
     }
 }
 
@@ -377,5 +378,81 @@ async fn chats_that_only_get_answers_have_jobs_and_the_model_is_told_they_are_no
     rig.scheduler.add(new).await.unwrap();
     assert_eq!(rig.scheduler.list(Some(&api)).len(), 1);
     assert_eq!(rig.scheduler.list(None).len(), 3);
+    rig.stop().await;
+}
+
+/// Someone approved by pairing sets an hourly reminder in their DM; once the owner revokes
+/// them it no longer fires (each run recorded as skipped, saying why), and it fires again
+/// when they are approved again. A turn answering a run acts for the same person, so a job
+/// set from it is held to the same check.
+#[tokio::test(start_paused = true)]
+async fn a_reminder_stops_firing_while_the_person_who_set_it_has_no_access() {
+    use switchboard::access;
+    use switchboard::pairing;
+    use switchboard::scheduler::Outcome;
+    use switchboard_channel::{InboundMessage, Sender};
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (rig, tool) = tool_rig(dir.path()).await;
+    let store = rig.store.as_ref();
+    let bob = Sender {
+        id: "42".into(),
+        username: Some("bob".into()),
+        display_name: "Bob".into(),
+        is_owner: false,
+    };
+    let approve = || async {
+        let (code, _) = pairing::code_for(store, "telegram", &bob)
+            .await
+            .unwrap()
+            .unwrap();
+        pairing::approve(store, "telegram", &code).await.unwrap();
+    };
+    approve().await;
+    let dm: ChatKey = "telegram:42".parse().unwrap();
+    let asked = InboundMessage::text("t:1", dm.clone(), bob.clone(), "remind me hourly");
+    let mut c = ctx(dm.clone(), false);
+    c.set_by = access::setters(&[asked]);
+    let out = tool
+        .call(
+            json!({"action": "add", "message": "stretch", "every": "1h"}),
+            &c,
+        )
+        .await
+        .unwrap();
+    let out: Value = serde_json::from_str(&out).unwrap();
+    let id = out["added"]["id"].as_str().unwrap().to_string();
+
+    assert!(rig.handler.wait_for(1, HOUR + HOUR / 60).await);
+    let (fired, _) = rig.handler.received().remove(0);
+    assert_eq!(
+        fired.metadata["set_by"],
+        json!([{"channel": "telegram", "id": "42", "username": "bob", "group": false}])
+    );
+    assert_eq!(access::setters(&[fired]), c.set_by);
+
+    pairing::revoke(store, "telegram", "@bob").await.unwrap();
+    assert!(
+        !rig.handler.wait_for(2, 2 * HOUR).await,
+        "not fired while revoked"
+    );
+    let job = rig.scheduler.get(&id).unwrap().unwrap();
+    let last = job.runs.last().unwrap();
+    assert_eq!(last.outcome, Outcome::Skipped);
+    assert_eq!(
+        last.error.as_deref(),
+        Some("@bob (telegram 42), who set it, no longer has access")
+    );
+    assert!(
+        job.enabled && job.next_run.is_some(),
+        "kept on its schedule"
+    );
+
+    approve().await;
+    assert!(
+        rig.handler.wait_for(2, HOUR + HOUR / 60).await,
+        "fires again"
+    );
     rig.stop().await;
 }

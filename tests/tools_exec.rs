@@ -17,6 +17,7 @@ fn ctx(dir: &std::path::Path) -> ToolContext {
         workspace: dir.to_path_buf(),
         restrict_to_workspace: true,
         cancel: CancellationToken::new(),
+        set_by: Vec::new(),
     }
 }
 

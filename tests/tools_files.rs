@@ -47,6 +47,7 @@ impl Ws {
             workspace: self.root(),
             restrict_to_workspace: self.restrict,
             cancel: CancellationToken::new(),
+            set_by: Vec::new(),
         };
         reg.call(tool, &args.to_string(), &ctx, Duration::from_secs(5))
             .await

@@ -19,6 +19,7 @@ async fn fetch(tool: WebFetch, url: &str) -> Result<String, ToolError> {
         workspace: std::env::temp_dir(),
         restrict_to_workspace: true,
         cancel: CancellationToken::new(),
+        set_by: Vec::new(),
     };
     Registry::new(vec![Arc::new(tool)])
         .call(

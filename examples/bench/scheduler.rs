@@ -27,6 +27,7 @@ pub(crate) fn bench_job(n: usize, schedule: Schedule, next_run: DateTime<Utc>) -
         delivery: Delivery::Agent,
         catch_up: CatchUp::Once,
         model: None,
+        set_by: Vec::new(),
     }
 }
 

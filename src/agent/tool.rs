@@ -21,6 +21,9 @@ pub struct ToolContext {
     pub restrict_to_workspace: bool,
     /// Cancelled by `/stop` or shutdown.
     pub cancel: CancellationToken,
+    /// Who the turn acts for ([`crate::access::setters`]): a job the `cron` tool adds
+    /// records them, and fires only while they still have access.
+    pub set_by: Vec<crate::access::Setter>,
 }
 
 /// A tool failed; the message goes back to the model as the tool result.

@@ -312,6 +312,7 @@ pub fn skills_list(loaded: &Loaded) -> anyhow::Result<()> {
 }
 
 fn print_jobs(jobs: &Value) {
+    use crate::scheduler::Outcome;
     let jobs = jobs.as_array().cloned().unwrap_or_default();
     if jobs.is_empty() {
         out!("no jobs");
@@ -319,7 +320,18 @@ fn print_jobs(jobs: &Value) {
     for j in jobs {
         let job: Result<crate::scheduler::Job, _> = serde_json::from_value(j);
         match job {
-            Ok(job) => out!("{}\t{}", job.key, job.summary()),
+            Ok(job) => {
+                // A last run that did not go (skipped, failed) says why.
+                let last = job.runs.last().filter(|r| r.outcome != Outcome::Ok);
+                let why = last
+                    .map(|r| {
+                        let outcome = serde_json::to_value(r.outcome).unwrap_or_default();
+                        let error = r.error.as_deref().unwrap_or("no reason recorded");
+                        format!(" (last run {}: {error})", outcome.as_str().unwrap_or("?"))
+                    })
+                    .unwrap_or_default();
+                out!("{}\t{}{why}", job.key, job.summary())
+            }
             Err(e) => out!("(unreadable job: {e})"),
         }
     }

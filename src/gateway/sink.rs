@@ -47,7 +47,7 @@ impl GatewaySink {
                 let store = self.bus.store().as_ref();
                 let decision = self.decide(&access, &msg).map_err(|e| err(&e))?;
                 msg.sender.is_owner =
-                    access::listed(&access, &msg) && access::names_an_owner(&access);
+                    access::listed(&access, &msg.sender) && access::names_an_owner(&access);
                 if decision != Decision::Allow {
                     self.metrics
                         .ignored

@@ -177,6 +177,7 @@ impl Scheduler {
             delivery: new.delivery,
             catch_up: new.catch_up,
             model: new.model.filter(|m| !m.trim().is_empty()),
+            set_by: new.set_by,
         };
         {
             let _w = self.writes.lock().await;

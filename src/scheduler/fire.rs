@@ -194,10 +194,41 @@ impl Scheduler {
             };
             return Prepared::Skipped(job, due, run);
         }
+        if let Some(run) = self.refused(&job, due, now) {
+            return Prepared::Skipped(job, due, run);
+        }
         match job.delivery {
             Delivery::Agent => Prepared::Agent(job, due),
             Delivery::Direct => Prepared::Direct(job, due),
         }
+    }
+
+    /// The run to record instead of firing when someone who set `job` no longer has access
+    /// (their pairing was revoked, `allow_from` or a policy changed): skipped, so the job
+    /// fires again if they get access back. A store that cannot tell fails the run (a
+    /// one-shot job is retried).
+    fn refused(&self, job: &Job, due: DateTime<Utc>, now: DateTime<Utc>) -> Option<Run> {
+        for setter in &job.set_by {
+            match setter.admitted(&self.config, self.store.as_ref()) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let error = format!("{setter}, who set it, no longer has access");
+                    tracing::info!(id = %job.id, "not firing: {error}");
+                    return Some(Run {
+                        at: now,
+                        due,
+                        outcome: Outcome::Skipped,
+                        error: Some(error),
+                    });
+                }
+                Err(e) => {
+                    tracing::error!(id = %job.id, "not firing: cannot check access: {e}");
+                    let error = format!("cannot check access: {e}");
+                    return Some(self.run_record(now, due, Some(error)));
+                }
+            }
+        }
+        None
     }
 
     /// Hand a job's message to the bus; `Ok(Some(error))` when that failed for a reason
@@ -417,6 +448,11 @@ fn inbound(
         .insert("schedule".into(), job.schedule.describe(job.tz()).into());
     if let Some(model) = &job.model {
         msg.metadata.insert("model".into(), model.clone().into());
+    }
+    if !job.set_by.is_empty() {
+        if let Ok(v) = serde_json::to_value(&job.set_by) {
+            msg.metadata.insert(crate::access::SET_BY.into(), v);
+        }
     }
     msg
 }

@@ -196,6 +196,7 @@ mod tests {
             delivery: Delivery::Agent,
             catch_up: CatchUp::Once,
             model: None,
+            set_by: Vec::new(),
         };
         let index_ops = |b: &Batch| -> Vec<(bool, Vec<u8>)> {
             b.ops

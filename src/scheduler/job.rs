@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use switchboard_channel::ChatKey;
 
 use super::schedule::{Schedule, ScheduleSpec, local, next_after};
+use crate::access::Setter;
 use crate::store::StoreError;
 
 /// Runs kept per job.
@@ -42,7 +43,8 @@ pub enum Outcome {
     Ok,
     /// Could not be handed over; `error` says why.
     Failed,
-    /// Missed while the gateway was down, and the job says `catch_up = "skip"`.
+    /// Not run: missed while the gateway was down (and the job says `catch_up = "skip"`, or
+    /// its next run is near), or someone who set it no longer has access.
     Skipped,
 }
 
@@ -88,6 +90,10 @@ pub struct Job {
     /// The LLM model for this job's turns, instead of `llm.model`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The people whose messages made it (the `cron` tool): it fires only while they all
+    /// still have access. Empty for the owner's CLI and admin API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub set_by: Vec<Setter>,
 }
 
 /// A job to create: what [`super::Scheduler::add`] validates.
@@ -106,6 +112,8 @@ pub struct NewJob {
     pub catch_up: CatchUp,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub set_by: Vec<Setter>,
 }
 
 impl NewJob {
@@ -125,6 +133,7 @@ impl NewJob {
             delivery: Delivery::Agent,
             catch_up: CatchUp::Once,
             model: None,
+            set_by: Vec::new(),
         }
     }
 }

@@ -107,6 +107,7 @@ impl CronTool {
         let key = self.target(args, ctx)?;
         let unpushed = crate::channels::answers_only(&key);
         let mut new = NewJob::new(key, message, spec, &format!("chat:{}", ctx.key));
+        new.set_by = ctx.set_by.clone();
         new.tz = arg(args, "tz").map(String::from);
         new.delivery = match arg(args, "delivery") {
             Some("direct") => Delivery::Direct,

@@ -259,6 +259,7 @@ mod tests {
             workspace: dir.path().to_path_buf(),
             restrict_to_workspace: true,
             cancel: CancellationToken::new(),
+            set_by: Vec::new(),
         };
         let args = json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 120});
         let pid_file = dir.path().join("pid");

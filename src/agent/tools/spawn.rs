@@ -147,6 +147,7 @@ impl Subagents {
             workspace: parent.workspace.clone(),
             restrict_to_workspace: true,
             cancel,
+            set_by: parent.set_by.clone(),
         };
         let spec = LoopSpec {
             model: self.config.llm.model.clone(),

@@ -384,6 +384,7 @@ mod tests {
             workspace: std::env::temp_dir(),
             restrict_to_workspace: true,
             cancel: Default::default(),
+            set_by: Vec::new(),
         }
     }
 
