@@ -29,6 +29,17 @@ pub fn answers_only(key: &switchboard_channel::ChatKey) -> bool {
     matches!(key.channel.as_str(), "api" | "cli")
 }
 
+/// Whether the config switches `channel` off (`channels.<name>.enabled = false`).
+pub fn switched_off(config: &crate::config::Config, channel: &str) -> bool {
+    let c = &config.channels;
+    match channel {
+        "telegram" => !c.telegram.enabled,
+        "discord" => !c.discord.enabled,
+        "slack" => !c.slack.enabled,
+        _ => false,
+    }
+}
+
 /// Register `ch` and run it until shutdown; a fatal error leaves it down with a reason.
 #[cfg_attr(
     not(any(feature = "telegram", feature = "discord", feature = "slack")),

@@ -75,6 +75,11 @@ pub async fn code_for(
     channel: &str,
     sender: &Sender,
 ) -> Result<Option<(String, bool)>, StoreError> {
+    // One at a time: two messages of a stranger at once (Discord and Slack deliver them
+    // concurrently) would otherwise each find no code and each be sent one, and many
+    // strangers at once could pass the cap together.
+    static ISSUING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = ISSUING.lock().await;
     let now = Utc::now();
     if let Some(code) = store.get(Tree::Pairing, &k("sender", channel, &sender.id))? {
         let code = String::from_utf8_lossy(&code).into_owned();
@@ -243,6 +248,31 @@ mod tests {
         assert!(list(&store).unwrap().0.is_empty());
         revoke(&store, "telegram", "@Bob").await.unwrap();
         assert!(!is_approved(&store, "telegram", "77").unwrap());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn messages_at_once_from_one_stranger_get_one_code_told_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(SledStore::open(dir.path()).unwrap());
+        let s = Sender {
+            id: "88".into(),
+            username: None,
+            display_name: "Eve".into(),
+            is_owner: false,
+        };
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, s) = (store.clone(), s.clone());
+                tokio::spawn(async move { code_for(store.as_ref(), "discord", &s).await })
+            })
+            .collect();
+        let mut got = Vec::new();
+        for t in tasks {
+            got.push(t.await.unwrap().unwrap().unwrap());
+        }
+        assert_eq!(got.iter().filter(|(_, new)| *new).count(), 1, "{got:?}");
+        assert!(got.iter().all(|(c, _)| *c == got[0].0), "{got:?}");
+        assert_eq!(list(store.as_ref()).unwrap().0.len(), 1);
     }
 
     #[tokio::test]

@@ -490,3 +490,49 @@ async fn jobs_stored_before_the_indexes_existed_are_indexed_at_start_and_fire() 
     assert!(!rig.handler.wait_for(2, 2 * HOUR).await, "and only once");
     rig.stop().await;
 }
+
+/// A recurring job for a chat no running channel serves (switched off, no token) skips its
+/// runs, saying why: no model call each time, no pile of replies sent at once when the
+/// channel comes back. A one-shot reminder there still runs; its reply waits for the channel.
+#[tokio::test(start_paused = true)]
+async fn a_recurring_job_skips_runs_while_its_channel_is_not_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let off: switchboard_channel::ChatKey = "discord:99".parse().unwrap();
+    let every = rig
+        .add(NewJob::new(
+            off.clone(),
+            "stretch",
+            ScheduleSpec::Every("20m".into()),
+            "cli",
+        ))
+        .await;
+    let once = rig
+        .add(NewJob::new(
+            off.clone(),
+            "call mum",
+            ScheduleSpec::At("in 30m".into()),
+            "cli",
+        ))
+        .await;
+    assert!(rig.handler.wait_for(1, HOUR).await);
+    assert!(
+        !rig.handler.wait_for(2, HOUR).await,
+        "only the one-shot ran"
+    );
+    let (msg, _) = rig.handler.received().remove(0);
+    assert_eq!((msg.key, msg.text.as_str()), (off, "call mum"));
+    let every = rig.scheduler.get(&every.id).unwrap().unwrap();
+    assert!(every.runs.len() >= 4, "{every:?}");
+    for run in &every.runs {
+        assert_eq!(run.outcome, Outcome::Skipped);
+        assert_eq!(
+            run.error.as_deref(),
+            Some("the discord channel is not running")
+        );
+    }
+    assert!(every.enabled, "kept on its schedule");
+    let once = rig.scheduler.get(&once.id).unwrap().unwrap();
+    assert_eq!(once.runs[0].outcome, Outcome::Ok);
+    rig.stop().await;
+}

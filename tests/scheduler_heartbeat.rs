@@ -43,6 +43,11 @@ fn actionable_content_table() {
         ("\u{feff}# Heartbeat\n", false),
         ("\u{feff}<!-- nothing yet -->\n", false),
         ("\u{feff}- water the plants", true),
+        // Ticked items are done; quoted lines are read as they would be unquoted.
+        ("# Done\n- [x] Paid rent\n* [X] called the bank\n", false),
+        ("- [x] Paid rent\n- [ ] book the dentist", true),
+        (">\n> # Notes\n> - [ ]\n", false),
+        ("> remember the milk", true),
     ];
     for (md, expect) in cases {
         assert_eq!(is_actionable(md), *expect, "{md:?}");
@@ -136,6 +141,11 @@ async fn an_actionable_file_goes_to_the_last_active_chat() {
         Beat::NoTarget,
         "an API chat cannot be reached"
     );
+    // Nor a chat of a channel that is not running (switched off, or no token).
+    rig.store
+        .put(Tree::Meta, b"last_active", b"discord:123")
+        .unwrap();
+    assert_eq!(hb.beat().await, Beat::NoTarget, "discord is not running");
     mark_active(&rig);
     assert_eq!(hb.beat().await, Beat::Published(key()));
 

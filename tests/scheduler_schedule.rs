@@ -45,6 +45,8 @@ fn at_relative() {
     assert_eq!(at("in 2 hours"), t("2026-03-01T14:00:00Z"));
     assert_eq!(at("in 1h30m"), t("2026-03-01T13:30:00Z"));
     assert_eq!(at("In 90 seconds"), t("2026-03-01T12:01:30Z"));
+    assert_eq!(at("in 1 hour and 5 Minutes"), t("2026-03-01T13:05:00Z"));
+    assert_eq!(at("in 1h, 30m"), t("2026-03-01T13:30:00Z"));
 }
 
 #[test]
@@ -295,6 +297,9 @@ fn invalid_inputs_say_what_to_do() {
     assert!(e.contains("at least 1s"), "{e}");
     let e = err(ScheduleSpec::Every("often".into()), "UTC");
     assert!(e.contains("expected a duration like"), "{e}");
+    // The error quotes what was written, not a rewritten form of it.
+    let e = err(ScheduleSpec::Every("an hour".into()), "UTC");
+    assert!(e.ends_with("got \"an hour\""), "{e}");
     let e = err(ScheduleSpec::At("2020-01-01T00:00:00Z".into()), "UTC");
     assert!(e.contains("is in the past"), "{e}");
     let e = err(ScheduleSpec::At("2026-03-01 12:59".into()), "Europe/Berlin");

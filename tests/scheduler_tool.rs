@@ -395,6 +395,12 @@ async fn a_reminder_stops_firing_while_the_person_who_set_it_has_no_access() {
 
     let dir = tempfile::tempdir().unwrap();
     let (rig, tool) = tool_rig(dir.path()).await;
+    // Telegram runs (a recording channel stands in for it).
+    let telegram = Arc::new(scheduler_support::TestChannel::default());
+    rig.registry
+        .write()
+        .unwrap()
+        .insert("telegram".into(), telegram.clone());
     let store = rig.store.as_ref();
     let bob = Sender {
         id: "42".into(),

@@ -19,7 +19,8 @@ impl DurationStr {
     }
 }
 
-/// Parse `"30s"`, `"1h30m"`, `"500ms"`, `"2d"`. A bare number is refused: the unit matters.
+/// Parse `"30s"`, `"1h30m"`, `"500ms"`, `"2d"`, also written with spaces and words
+/// (`"1h 30m"`, `"10 minutes"`, `"2 hours"`). A bare number is refused: the unit matters.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s.is_empty() {
@@ -36,18 +37,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             return Err(bad());
         }
         let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
+        // Spaces may part a number from its unit and one part from the next (`1h 30m`).
+        rest = rest[digits..].trim_start();
         let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
+            .find(|c: char| c.is_ascii_digit() || c.is_whitespace())
             .unwrap_or(rest.len());
         let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let part = match unit {
+        rest = rest[unit_len..].trim_start();
+        let part = match unit.to_ascii_lowercase().as_str() {
             "ms" => Duration::from_millis(n),
-            "s" | "sec" | "secs" => Duration::from_secs(n),
-            "m" | "min" | "mins" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
-            "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
-            "d" => Duration::from_secs(n.checked_mul(86_400).ok_or_else(bad)?),
+            "s" | "sec" | "secs" | "second" | "seconds" => Duration::from_secs(n),
+            "m" | "min" | "mins" | "minute" | "minutes" => {
+                Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?)
+            }
+            "h" | "hr" | "hrs" | "hour" | "hours" => {
+                Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?)
+            }
+            "d" | "day" | "days" => Duration::from_secs(n.checked_mul(86_400).ok_or_else(bad)?),
             _ => return Err(bad()),
         };
         total = total.checked_add(part).ok_or_else(bad)?;
@@ -103,11 +109,23 @@ mod tests {
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(172_800));
+        // Written with spaces, as the `cron` tool and CLI take them.
+        assert_eq!(parse_duration("30 s").unwrap(), Duration::from_secs(30));
+        assert_eq!(
+            parse_duration(" 1h 30m ").unwrap(),
+            Duration::from_secs(5400)
+        );
+        assert_eq!(
+            parse_duration("2 Hours 5 minutes").unwrap(),
+            Duration::from_secs(7500)
+        );
     }
 
     #[test]
     fn refuses_garbage_with_a_hint() {
-        for bad in ["", "30", "abc", "10x", "m5", "-5s"] {
+        for bad in [
+            "", "30", "abc", "10x", "m5", "-5s", "3 0s", "30 s s", "1 h30",
+        ] {
             let e = parse_duration(bad).unwrap_err();
             assert!(e.contains("expected a duration"), "{bad}: {e}");
         }

@@ -362,6 +362,13 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
                 known.join(", ")
             ));
         }
+        Some(Ok(key)) if h.enabled && crate::channels::switched_off(c, &key.channel) => {
+            warnings.push(format!(
+                "heartbeat.target: channels.{}.enabled is off, so no heartbeat is sent until \
+                 it is on",
+                key.channel
+            ));
+        }
         Some(Ok(_)) => {}
     }
     if !h.active_hours.trim().is_empty() && parse_active_hours(&h.active_hours).is_none() {

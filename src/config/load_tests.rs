@@ -203,6 +203,18 @@ fn a_heartbeat_target_on_an_unknown_channel_warns_and_a_huge_turn_limit_is_refus
         .collect();
     assert_eq!(named.len(), 1, "{:?}", l.warnings);
     assert!(named[0].starts_with("channels.slack.allow_from[1]: \"alice\" is a name"));
+    // A chat of a channel the config leaves off: no beat goes out, which the owner is told.
+    let l = load_str(
+        "[heartbeat]\nenabled = true\ntarget = \"discord:123\"\n[channels.discord]\nenabled = false\n",
+        Path::new("/b"),
+    )
+    .unwrap();
+    assert!(
+        l.warnings.iter().any(|w| w
+            == "heartbeat.target: channels.discord.enabled is off, so no heartbeat is sent until it is on"),
+        "{:?}",
+        l.warnings
+    );
     // An API chat's beats are kept in its history, not pushed: allowed, with a warning.
     let l = load_str("[heartbeat]\ntarget = \"api:default\"\n", Path::new("/b")).unwrap();
     assert!(

@@ -197,6 +197,22 @@ impl Scheduler {
         if let Some(run) = self.refused(&job, due, now) {
             return Prepared::Skipped(job, due, run);
         }
+        // A chat no running channel serves (turned off, no token, or not built): a recurring
+        // job skips its runs rather than compose a message each time that would wait for the
+        // channel, all sent at once when it comes back. A one-shot reminder still runs: its
+        // reply waits for the channel.
+        let served = |b: &Arc<crate::bus::Bus>| b.outbox().has_channel(&job.key.channel);
+        if job.schedule.is_recurring() && !self.bus.as_ref().is_some_and(served) {
+            let why = format!("the {} channel is not running", job.key.channel);
+            tracing::info!(id, "skipping a run: {why}");
+            let run = Run {
+                at: now,
+                due,
+                outcome: Outcome::Skipped,
+                error: Some(why),
+            };
+            return Prepared::Skipped(job, due, run);
+        }
         match job.delivery {
             Delivery::Agent => Prepared::Agent(job, due),
             Delivery::Direct => Prepared::Direct(job, due),
@@ -204,9 +220,9 @@ impl Scheduler {
     }
 
     /// The run to record instead of firing when someone who set `job` no longer has access
-    /// (their pairing was revoked, `allow_from` or a policy changed): skipped, so the job
-    /// fires again if they get access back. A store that cannot tell fails the run (a
-    /// one-shot job is retried).
+    /// (their pairing was revoked, `allow_from` or a policy changed): skipped, so a
+    /// recurring job fires again if they get access back (a one-shot job is done). A store
+    /// that cannot tell fails the run (a one-shot job is retried).
     fn refused(&self, job: &Job, due: DateTime<Utc>, now: DateTime<Utc>) -> Option<Run> {
         for setter in &job.set_by {
             match setter.admitted(&self.config, self.store.as_ref()) {

@@ -43,8 +43,9 @@ pub fn suppress_reply(text: &str) -> bool {
 }
 
 /// Whether `HEARTBEAT.md` asks for anything. Blank lines, headings (`#` or underlined),
-/// rules (`---`), HTML comments and empty list or checkbox items (`- [ ]` with nothing after
-/// it) are not actionable; any other line (a bullet item, text under a heading) is.
+/// rules (`---`), HTML comments, empty list or checkbox items (`- [ ]` with nothing after
+/// it) and ticked ones (`- [x] paid rent`: done) are not actionable, also quoted (`> …`);
+/// any other line (a bullet item, text under a heading) is.
 pub fn is_actionable(markdown: &str) -> bool {
     // Some editors (Notepad) start a UTF-8 file with a byte-order mark: not content.
     let markdown = markdown.strip_prefix('\u{feff}').unwrap_or(markdown);
@@ -59,7 +60,13 @@ pub fn is_actionable(markdown: &str) -> bool {
         }
     }
     text.push_str(rest);
-    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| {
+            l.trim_start_matches(|c: char| c == '>' || c.is_whitespace())
+                .trim_end()
+        })
+        .collect();
     lines.iter().enumerate().any(|(i, line)| {
         // `Title` over `=====` or `-----` is a heading too; a list item over `---` is an
         // item and a rule.
@@ -89,10 +96,15 @@ fn is_heading(line: &str) -> bool {
     rest.len() < line.len() && (rest.is_empty() || rest.starts_with(char::is_whitespace))
 }
 
-/// `-`, `* [ ]`, `+ [x]`, `1. [ ]`: a list marker with at most an empty checkbox.
+/// `-`, `* [ ]`, `1. [ ]`: a list marker with at most an empty checkbox; or a ticked item
+/// (`+ [x] paid rent`), which is done.
 fn is_empty_item(line: &str) -> bool {
-    item_text(line)
-        .is_some_and(|rest| rest.is_empty() || matches!(rest, "[ ]" | "[]" | "[x]" | "[X]"))
+    item_text(line).is_some_and(|rest| {
+        rest.is_empty()
+            || matches!(rest, "[ ]" | "[]")
+            || rest.starts_with("[x]")
+            || rest.starts_with("[X]")
+    })
 }
 
 /// Whether `line` is a list item (`- x`, `* x`, `+ x`, `1. x`, `1) x`).
@@ -247,13 +259,15 @@ impl Heartbeat {
 
     fn target(&self) -> Option<ChatKey> {
         let target = self.config.heartbeat.target.trim();
-        if target == "last" {
+        let key: ChatKey = if target == "last" {
             let raw = self.store.get(Tree::Meta, b"last_active").ok()??;
             let key: ChatKey = String::from_utf8(raw).ok()?.parse().ok()?;
             // Recorded by an older version: a beat there would reach nobody.
-            (!crate::channels::answers_only(&key)).then_some(key)
+            (!crate::channels::answers_only(&key)).then_some(key)?
         } else {
-            target.parse().ok()
-        }
+            target.parse().ok()?
+        };
+        // No channel of that name runs (turned off, no token): nobody would read the beat.
+        self.bus.outbox().has_channel(&key.channel).then_some(key)
     }
 }

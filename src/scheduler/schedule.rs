@@ -225,33 +225,27 @@ fn parse_every(s: &str) -> Result<Duration, ScheduleError> {
     if s.trim().is_empty() {
         return Err(ScheduleError::Empty);
     }
-    let d = crate::config::parse_duration(&normalize_duration(s))
-        .map_err(ScheduleError::BadDuration)?;
+    let d = plain_duration(s).ok_or_else(|| {
+        ScheduleError::BadDuration(format!(
+            "expected a duration like \"30m\", \"1h\" or \"2 hours\", got {:?}",
+            s.trim()
+        ))
+    })?;
     if d < Duration::from_secs(1) {
         return Err(ScheduleError::TooShort(s.trim().to_string()));
     }
     Ok(d)
 }
 
-/// `10 minutes` → `10m`, `2 hours 30 min` → `2h30m`: what people type, in `parse_duration`'s
-/// units.
-fn normalize_duration(s: &str) -> String {
-    let mut out = String::new();
-    for word in s.split_whitespace() {
-        let w = word.trim_end_matches(',').to_ascii_lowercase();
-        let unit = match w.trim_start_matches(|c: char| c.is_ascii_digit()) {
-            "second" | "seconds" | "sec" | "secs" => "s",
-            "minute" | "minutes" | "min" | "mins" => "m",
-            "hour" | "hours" | "hr" | "hrs" => "h",
-            "day" | "days" => "d",
-            "and" => continue,
-            other => other,
-        };
-        let digits = &w[..w.len() - w.trim_start_matches(|c: char| c.is_ascii_digit()).len()];
-        out.push_str(digits);
-        out.push_str(unit);
-    }
-    out
+/// `10 minutes`, `2 hours and 30 min`, `1h, 30m`: what people type (`and` and commas are
+/// passed over), read by the config's `parse_duration`.
+fn plain_duration(s: &str) -> Option<Duration> {
+    let words: Vec<&str> = s
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(','))
+        .filter(|w| !w.is_empty() && !w.eq_ignore_ascii_case("and"))
+        .collect();
+    crate::config::parse_duration(&words.join(" ")).ok()
 }
 
 fn parse_at(s: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, ScheduleError> {
@@ -262,7 +256,7 @@ fn parse_at(s: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, Schedu
     let bad = || ScheduleError::BadTime(s.to_string());
     let lower = s.to_ascii_lowercase();
     let at = if let Some(rest) = lower.strip_prefix("in ") {
-        let d = crate::config::parse_duration(&normalize_duration(rest)).map_err(|_| bad())?;
+        let d = plain_duration(rest).ok_or_else(bad)?;
         let d = chrono::Duration::from_std(d).map_err(|_| bad())?;
         now.checked_add_signed(d).ok_or_else(bad)?
     } else if let Ok(t) = DateTime::parse_from_rfc3339(s) {

@@ -149,6 +149,8 @@ pub struct Rig {
     pub metrics: Arc<Metrics>,
     pub config: Arc<Config>,
     pub clock: Arc<dyn Clock>,
+    /// The bus's channels by name (`test` at start): a test may register more.
+    pub registry: ChannelRegistry,
     pub shutdown: CancellationToken,
     pub tracker: TaskTracker,
 }
@@ -197,7 +199,7 @@ impl Rig {
         let tracker = TaskTracker::new();
         let bus = Bus::new(
             store.clone(),
-            registry,
+            registry.clone(),
             64,
             metrics.clone(),
             shutdown.clone(),
@@ -226,6 +228,7 @@ impl Rig {
             metrics,
             config,
             clock,
+            registry,
             shutdown,
             tracker,
         }
