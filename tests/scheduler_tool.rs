@@ -462,3 +462,54 @@ async fn a_reminder_stops_firing_while_the_person_who_set_it_has_no_access() {
     );
     rig.stop().await;
 }
+
+/// A Slack channel whose replies go in threads gives each mention its own key: the jobs
+/// set in any of its threads are the channel's. A member sees, removes and counts them from
+/// any thread (a new thread opens no new allowance of 20), and never another channel's
+/// whose id starts alike.
+#[tokio::test(start_paused = true)]
+async fn the_threads_of_a_chat_share_its_jobs_and_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rig, tool) = tool_rig(dir.path()).await;
+    let thread = |ts: &str| ctx(format!("slack:C1:{ts}").parse().unwrap(), false);
+    let add = |n: usize| json!({"action": "add", "message": format!("job {n}"), "every": "1h"});
+    let first = tool.call(add(0), &thread("1.0")).await.unwrap();
+    let first: Value = serde_json::from_str(&first).unwrap();
+    let id = first["added"]["id"].as_str().unwrap().to_string();
+    // Another Slack channel, C12, whose id begins with C1's.
+    tool.call(add(99), &ctx("slack:C12:1.0".parse().unwrap(), false))
+        .await
+        .unwrap();
+
+    let out = tool
+        .call(json!({"action": "list"}), &thread("2.0"))
+        .await
+        .unwrap();
+    let out: Value = serde_json::from_str(&out).unwrap();
+    let listed: Vec<&str> = out["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["job 0"]);
+    assert!(
+        rig.scheduler
+            .reminders_text(&"slack:C1".parse().unwrap())
+            .contains("job 0")
+    );
+    tool.call(json!({"action": "remove", "id": id}), &thread("3.0"))
+        .await
+        .unwrap();
+    assert!(rig.scheduler.get(&id).unwrap().is_none());
+
+    for n in 1..=20 {
+        tool.call(add(n), &thread(&format!("{n}.0"))).await.unwrap();
+    }
+    let e = tool.call(add(21), &thread("21.0")).await.unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Refused(m) if m.contains("already has 20 active jobs")),
+        "{e:?}"
+    );
+    rig.stop().await;
+}

@@ -197,10 +197,11 @@ impl Scheduler {
         Ok(job)
     }
 
-    /// Enabled jobs of one chat (read through the chat index).
+    /// Enabled jobs of a chat with its threads or topics (read through the chat index): a
+    /// new Slack thread is a new key, and must not open a new allowance.
     fn count_enabled(&self, key: &ChatKey) -> Result<usize, ScheduleError> {
         let mut n = 0;
-        for id in index::of_chat(self.store.as_ref(), key)? {
+        for id in index::of_room(self.store.as_ref(), &key.room())? {
             if self.get(&id)?.is_some_and(|j| !j.is_finished()) {
                 n += 1;
             }
@@ -210,10 +211,25 @@ impl Scheduler {
 
     /// Jobs of one chat (or all), soonest first; finished jobs last.
     pub fn list(&self, key: Option<&ChatKey>) -> Vec<Job> {
+        self.list_by(key, index::of_chat)
+    }
+
+    /// Jobs of the chat `key` is part of, with all its threads or topics
+    /// ([`ChatKey::room`]): what `/reminders` and the `cron` tool show a member, so a
+    /// reminder set in one Slack thread can be found and removed from another.
+    pub fn list_room(&self, key: &ChatKey) -> Vec<Job> {
+        self.list_by(Some(&key.room()), index::of_room)
+    }
+
+    fn list_by(
+        &self,
+        key: Option<&ChatKey>,
+        ids_of: fn(&dyn Store, &ChatKey) -> Result<Vec<String>, StoreError>,
+    ) -> Vec<Job> {
         let mut jobs = Vec::new();
         let read = match key {
             // Through the chat index: only this chat's jobs are read.
-            Some(key) => index::of_chat(self.store.as_ref(), key).map(|ids| {
+            Some(key) => ids_of(self.store.as_ref(), key).map(|ids| {
                 jobs.extend(ids.iter().filter_map(|id| self.get(id).ok().flatten()));
             }),
             None => self.store.for_each(Tree::Cron, &[], &mut |_, v| {
@@ -267,7 +283,7 @@ impl Scheduler {
     /// The `/reminders` answer: this chat's jobs with their next run in the job's timezone.
     pub fn reminders_text(&self, key: &ChatKey) -> String {
         let jobs: Vec<Job> = self
-            .list(Some(key))
+            .list_room(key)
             .into_iter()
             .filter(|j| !j.is_finished())
             .collect();

@@ -81,7 +81,7 @@ impl CronTool {
         let id = arg(args, "id")
             .ok_or_else(|| ToolError::InvalidArguments("missing required id".into()))?;
         match self.scheduler.get(id).map_err(failed)? {
-            Some(job) if ctx.sender_is_owner || job.key == ctx.key => Ok(job),
+            Some(job) if ctx.sender_is_owner || job.key.room() == ctx.key.room() => Ok(job),
             _ => Err(ToolError::Failed(format!(
                 "no job with id {id:?} in this chat (use action \"list\" to see the ids)"
             ))),
@@ -137,18 +137,17 @@ impl CronTool {
     /// The current chat's active jobs, another chat's (owner, `key`), or every chat's
     /// (owner, `key: "*"`). Finished one-shot jobs stay stored but are not listed.
     fn list(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let key = match arg(args, "key") {
-            Some("*") if ctx.sender_is_owner => None,
+        let jobs = match arg(args, "key") {
+            Some("*") if ctx.sender_is_owner => self.scheduler.list(None),
             Some("*") => {
                 return Err(ToolError::Refused(
                     "only the owner can list every chat's jobs".into(),
                 ));
             }
-            _ => Some(self.target(args, ctx)?),
+            // With its threads or topics (see `visible_job`).
+            _ => self.scheduler.list_room(&self.target(args, ctx)?),
         };
-        let jobs: Vec<Value> = self
-            .scheduler
-            .list(key.as_ref())
+        let jobs: Vec<Value> = jobs
             .iter()
             .filter(|j| !j.is_finished())
             .map(job_json)

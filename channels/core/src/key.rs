@@ -22,6 +22,17 @@ impl ChatKey {
             chat_id: chat_id.into(),
         }
     }
+
+    /// The chat this conversation is part of: a Slack thread's channel or DM
+    /// (`slack:C0123ABC:1700000000.000100` → `slack:C0123ABC`), a Telegram forum topic's
+    /// group (`telegram:-100123:topic:7` → `telegram:-100123`); the key itself otherwise.
+    /// Everyone in a thread or topic can read the rest of its chat.
+    pub fn room(&self) -> ChatKey {
+        match (self.channel.as_str(), self.chat_id.split_once(':')) {
+            ("slack" | "telegram", Some((chat, _))) => ChatKey::new(self.channel.clone(), chat),
+            _ => self.clone(),
+        }
+    }
 }
 
 /// Why a string is not a `ChatKey`.
@@ -112,6 +123,17 @@ mod tests {
             "Tele gram:1".parse::<ChatKey>(),
             Err(ParseKeyError::BadChannel(_))
         ));
+    }
+
+    #[test]
+    fn a_thread_or_topic_belongs_to_its_chat() {
+        let room = |k: &str| k.parse::<ChatKey>().unwrap().room().to_string();
+        assert_eq!(room("slack:C0123ABC:1700000000.000100"), "slack:C0123ABC");
+        assert_eq!(room("slack:C0123ABC"), "slack:C0123ABC");
+        assert_eq!(room("telegram:-100123:topic:7"), "telegram:-100123");
+        assert_eq!(room("telegram:42"), "telegram:42");
+        // Other channels' ids are taken whole (an API `user` may contain a colon).
+        assert_eq!(room("api:team:bob"), "api:team:bob");
     }
 
     #[test]
