@@ -236,6 +236,15 @@ impl OutboundMessage {
             .hash(&mut h);
         h.finish()
     }
+
+    /// Names this reply's progress across the outbox's retries (the chunks of a long reply
+    /// already posted): its fingerprint mixed with its delivery number, so two equal replies
+    /// (a daily reminder's same long text) never share what was sent of one of them.
+    pub fn progress_key(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        (self.fingerprint(), self.delivery).hash(&mut h);
+        h.finish()
+    }
 }
 
 /// The chat command a text is, lowercased (`"/Stop now"` → `"stop"`); `None` when the text
@@ -292,6 +301,11 @@ mod tests {
         for o in [other_key, other_text, replying, answering] {
             assert_ne!(m.fingerprint(), o.fingerprint(), "{o:?}");
         }
+        // Two deliveries of the same reply: one fingerprint, two progress keys.
+        let (mut first, mut second) = (m.clone(), m.clone());
+        (first.delivery, second.delivery) = (Some(1), Some(2));
+        assert_eq!(first.fingerprint(), second.fingerprint());
+        assert_ne!(first.progress_key(), second.progress_key());
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub(crate) fn to_send_error(e: RestError) -> SendError {
     }
 }
 
-/// Ids of chunks already posted for replies that failed part-way, by reply fingerprint.
+/// Ids of chunks already posted for replies that failed part-way, by [`OutboundMessage::progress_key`].
 /// Bounded to [`REMEMBERED_REPLIES`] replies.
 pub(crate) struct DeliveredChunks {
     inner: Mutex<Bounded<u64, Vec<String>>>,
@@ -150,7 +150,8 @@ pub(crate) async fn send(
         .filter(|c| !c.trim().is_empty())
         .collect();
     let fp = msg.fingerprint();
-    let mut ids = delivered.get(fp);
+    let progress = msg.progress_key();
+    let mut ids = delivered.get(progress);
     for (i, chunk) in chunks.iter().enumerate().skip(ids.len()) {
         let reply_to = if i == 0 {
             msg.reply_to.as_deref()
@@ -163,7 +164,7 @@ pub(crate) async fn send(
             Ok(id) => ids.push(id),
             Err(e) => {
                 if !ids.is_empty() {
-                    delivered.remember(fp, &ids);
+                    delivered.remember(progress, &ids);
                 }
                 tracing::warn!(channel_id, chunk = i + 1, of = chunks.len(), error = %e,
                     "discord: reply not (fully) delivered");
@@ -171,7 +172,7 @@ pub(crate) async fn send(
             }
         }
     }
-    delivered.forget(fp);
+    delivered.forget(progress);
     Ok(SendReceipt { message_ids: ids })
 }
 

@@ -22,7 +22,7 @@ pub(crate) struct Memory {
     pub last_message: Bounded<String, (String, String)>,
     /// `channel:ts` of messages that got 👀.
     pub reacted: Bounded<String, ()>,
-    /// Reply fingerprint → chunks already delivered.
+    /// `OutboundMessage::progress_key` → chunks already delivered.
     pub delivered_chunks: Bounded<u64, usize>,
     /// User id → names from `users.info` (`None`: looked up, unknown).
     pub users: Bounded<String, Option<crate::web::UserNames>>,

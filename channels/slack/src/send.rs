@@ -4,7 +4,7 @@
 //! top-level, and each such post in a channel becomes a thread of the bot's. A 429 is
 //! waited out inside `send` (bounded); a wait longer than `max_inline_retry_after` goes
 //! back to the caller as [`SendError::RetryAfter`]. When a reply fails part-way, the chunks
-//! already delivered are remembered by the reply's fingerprint, so the outbox's retry of
+//! already delivered are remembered by the reply's `progress_key`, so the outbox's retry of
 //! the same reply sends only the rest.
 
 use std::time::Duration;
@@ -66,7 +66,7 @@ pub(crate) async fn send(
 ) -> Result<SendReceipt, SendError> {
     let (channel, thread) = target(&msg.key)?;
     let chunks = render_chunks(&msg.text, caps);
-    let fp = msg.fingerprint();
+    let fp = msg.progress_key();
     let start = sh.memory().delivered_chunks.get(&fp).copied().unwrap_or(0);
     let mut receipt = SendReceipt::default();
     for (i, chunk) in chunks.iter().enumerate().skip(start) {

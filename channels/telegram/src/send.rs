@@ -155,9 +155,9 @@ pub(crate) struct Progress {
     ids: Vec<String>,
 }
 
-/// What was already posted of replies that failed part-way, by reply fingerprint, so that
-/// the outbox's retry of the same reply never posts a chunk twice. Bounded to
-/// [`REMEMBERED_REPLIES`] replies.
+/// What was already posted of replies that failed part-way, by
+/// [`OutboundMessage::progress_key`], so that the outbox's retry of the same reply never
+/// posts a chunk twice. Bounded to [`REMEMBERED_REPLIES`] replies.
 pub(crate) struct DeliveredChunks {
     inner: Mutex<Bounded<u64, Progress>>,
 }
@@ -230,7 +230,7 @@ impl Sender<'_> {
             .and_then(|r| r.trim().parse::<i32>().ok())
             .filter(|_| target.is_group());
         let chunks = chunks(&msg.text, self.caps);
-        let fp = msg.fingerprint();
+        let fp = msg.progress_key();
         let mut progress = self.delivered.get(fp);
         for (i, chunk) in chunks.iter().enumerate().skip(progress.chunks) {
             let reply = if i == 0 { reply_to } else { None };

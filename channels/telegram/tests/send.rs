@@ -254,6 +254,33 @@ async fn a_reply_that_failed_part_way_resumes_without_resending() {
     assert_eq!(receipt.message_ids, ids);
 }
 
+/// What was sent of a reply that failed part-way belongs to that reply (its outbox delivery),
+/// not to its text: the same long text sent again later (a daily reminder) goes out whole.
+#[tokio::test]
+async fn an_equal_reply_after_one_that_failed_part_way_is_sent_whole() {
+    let h = Harness::start().await;
+    let paragraph = |p: char| {
+        (0..500)
+            .map(|w| format!("{p}{w:04}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let text = ['a', 'b'].map(paragraph).join("\n\n");
+    let mut monday = OutboundMessage::new(key("telegram:5001"), &text);
+    monday.delivery = Some(1);
+    // Chunk 1 goes out; chunk 2 is refused until the adapter gives up (6 attempts).
+    h.fake.pass_sends(1);
+    h.fake.fail_sends_with_retry_after(6, 0);
+    h.channel.send(&monday).await.unwrap_err();
+    assert_eq!(h.fake.sent().len(), 1);
+
+    let mut tuesday = monday.clone();
+    tuesday.delivery = Some(2);
+    h.channel.send(&tuesday).await.expect("sent");
+    let texts: Vec<String> = h.fake.sent().into_iter().map(|m| m.text).collect();
+    assert_eq!(texts, [paragraph('a'), paragraph('a'), paragraph('b')]);
+}
+
 #[tokio::test]
 async fn plain_text_fallback_is_split_to_fit_the_limit() {
     let h = Harness::start_with(|_| {}, |cfg| cfg.max_message_len = 100).await;
