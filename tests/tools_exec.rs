@@ -77,14 +77,11 @@ async fn the_gateway_environment_cannot_be_read_through_proc() {
         .await
         .unwrap();
     // What protects it: the gateway's process is not dumpable, so its /proc files need
-    // CAP_SYS_PTRACE. Root may still read them, so the read itself is checked only when
-    // the tests run as another user.
-    if !rustix::process::getuid().is_root() {
-        assert!(
-            !out.contains(&secret),
-            "the command read the gateway's environment: {out}"
-        );
-    }
+    // CAP_SYS_PTRACE, which a command never has (as root, it starts without capabilities).
+    assert!(
+        !out.contains(&secret),
+        "the command read the gateway's environment: {out}"
+    );
     assert_eq!(
         rustix::process::dumpable_behavior().unwrap(),
         rustix::process::DumpableBehavior::NotDumpable
@@ -94,6 +91,34 @@ async fn the_gateway_environment_cannot_be_read_through_proc() {
         matches!(&refused, Err(ToolError::Refused(r)) if r.contains("environment")),
         "{refused:?}"
     );
+}
+
+/// Run as root or not, a command holds no capability, and none can be gained (the bounding
+/// set is empty); from Landlock ABI 6 it cannot signal the gateway (`kill $PPID`).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn commands_hold_no_capability_and_cannot_signal_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = exec(
+        dir.path(),
+        json!({"command": "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status"}),
+    )
+    .await
+    .unwrap();
+    let caps: Vec<&str> = out.lines().filter(|l| l.starts_with("Cap")).collect();
+    assert_eq!(caps.len(), 5, "{out}");
+    for line in caps {
+        assert!(line.ends_with("\t0000000000000000"), "{out}");
+    }
+    let out = exec(
+        dir.path(),
+        json!({"command": "kill -0 $PPID 2>/dev/null && echo signalled || echo refused"}),
+    )
+    .await
+    .unwrap();
+    if switchboard::agent::tools::exec::sandbox::abi() >= 6 {
+        assert!(out.contains("refused"), "{out}");
+    }
 }
 
 #[tokio::test]

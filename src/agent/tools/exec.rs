@@ -176,13 +176,18 @@ impl Tool for Exec {
             }
         }
         #[cfg(target_os = "linux")]
-        if let Some(rules) = &rules {
-            let fd = std::os::fd::AsRawFd::as_raw_fd(rules);
+        if ctx.restrict_to_workspace {
+            let fd = rules.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
             #[allow(unsafe_code)]
-            // SAFETY: `restrict` makes only system calls, as may run between fork and exec;
+            // SAFETY: both make only system calls, as may run between fork and exec;
             // `rules` stays open until `spawn` returns.
             unsafe {
-                cmd.pre_exec(move || sandbox::restrict(fd));
+                cmd.pre_exec(move || {
+                    if let Some(fd) = fd {
+                        sandbox::restrict(fd)?;
+                    }
+                    sandbox::drop_root_capabilities()
+                });
             }
         }
         let mut child = cmd

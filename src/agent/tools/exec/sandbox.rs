@@ -6,6 +6,15 @@
 //! through. A system folder that holds the workspace is left out (tests keep theirs in
 //! `/tmp`, where the data dir sits beside it).
 //!
+//! From Linux 6.12 (Landlock ABI 6) commands also cannot signal processes outside their
+//! sandbox (the gateway: `kill $PPID`) nor connect to abstract Unix sockets. Of `/run`,
+//! only the resolver's folders are readable (`/etc/resolv.conf` often points there): it
+//! also holds container secrets (`/run/secrets`) and the user's sockets.
+//!
+//! A gateway run as root starts its commands without any capability (their bounding and
+//! inheritable sets are emptied), so root's `CAP_SYS_PTRACE` cannot read the gateway's
+//! environment through `/proc` and `CAP_DAC_OVERRIDE` cannot pass by file permissions.
+//!
 //! Landlock is Linux's unprivileged sandbox (5.13 and later, when enabled). Where it is
 //! missing, commands run unconfined and the gateway says so once in its log.
 
@@ -13,9 +22,25 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Folders commands may read and run programs from.
-const SYSTEM: [&str; 16] = [
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
-    "/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp",
+const SYSTEM: [&str; 18] = [
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run/systemd/resolve",
+    "/run/resolvconf",
+    "/run/NetworkManager",
+    "/tmp",
+    "/var/tmp",
 ];
 /// Of those, the ones commands may also write in.
 const SCRATCH: [&str; 3] = ["/dev", "/tmp", "/var/tmp"];
@@ -32,12 +57,19 @@ const REFER: u64 = 1 << 13;
 const TRUNCATE: u64 = 1 << 14;
 const READ_ONLY: u64 = EXECUTE | READ_FILE | READ_DIR;
 
+/// ABI 6: the sandbox may not reach outside it through abstract Unix sockets or signals.
+const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+const SCOPE_SIGNAL: u64 = 1 << 1;
+
 const CREATE_RULESET_VERSION: u32 = 1;
 const RULE_PATH_BENEATH: u32 = 1;
 
+/// `struct landlock_ruleset_attr`; kernels before ABI 6 are given only its first field.
 #[repr(C)]
 struct RulesetAttr {
     handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
 }
 
 #[repr(C, packed)]
@@ -77,14 +109,26 @@ pub fn ruleset(workspace: &Path) -> std::io::Result<Option<OwnedFd>> {
     }
     let attr = RulesetAttr {
         handled_access_fs: handled,
+        handled_access_net: 0,
+        scoped: if abi >= 6 {
+            SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+        } else {
+            0
+        },
+    };
+    let size = if abi >= 6 {
+        std::mem::size_of::<RulesetAttr>()
+    } else {
+        std::mem::size_of::<u64>()
     };
     #[allow(unsafe_code)]
-    // SAFETY: `attr` is a valid ruleset attribute of the size given; the kernel copies it.
+    // SAFETY: `attr` is a valid ruleset attribute at least `size` bytes long; the kernel
+    // copies that much.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
             &attr as *const RulesetAttr,
-            std::mem::size_of::<RulesetAttr>(),
+            size,
             0u32,
         )
     };
@@ -144,6 +188,64 @@ fn allowed(workspace: &Path, all: u64) -> Vec<(PathBuf, u64)> {
     rules
 }
 
+/// In the child, between fork and exec, as root: give up every capability, for this process
+/// and what it starts (the bounding set, then the permitted, effective and inheritable
+/// sets, and the ambient ones). A no-op for other users, who hold none. Only system calls,
+/// as a forked child of a threaded parent may make.
+pub fn drop_root_capabilities() -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    #[allow(unsafe_code)]
+    // SAFETY: plain system calls; `capset` reads the header and two data structs, which
+    // live on this stack for the call.
+    unsafe {
+        if libc::geteuid() != 0 {
+            return Ok(());
+        }
+        // Capabilities this kernel does not know answer EINVAL: past the last one.
+        for cap in 0..64 {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    break;
+                }
+                return Err(e);
+            }
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        let header = Header {
+            version: VERSION_3,
+            pid: 0,
+        };
+        let none = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        if libc::syscall(libc::SYS_capset, &header as *const Header, none.as_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// In the child, between fork and exec: confine this process (and all it starts) to
 /// `ruleset`. Only system calls, as a forked child of a threaded parent may make.
 pub fn restrict(ruleset: i32) -> std::io::Result<()> {
@@ -172,6 +274,9 @@ mod tests {
         assert_eq!(paths[0], Path::new("/tmp/sb/workspace"));
         assert!(!paths.contains(&Path::new("/tmp")));
         assert!(paths.contains(&Path::new("/usr")));
+        // Of `/run`, only the resolver's folders (not `/run/secrets`, nor user sockets).
+        assert!(!paths.contains(&Path::new("/run")));
+        assert!(paths.contains(&Path::new("/run/systemd/resolve")));
         let access = |p: &str| rules.iter().find(|(q, _)| q == Path::new(p)).unwrap().1;
         assert_eq!(access("/usr"), READ_ONLY);
         assert_eq!(access("/var/tmp"), ABI1_ALL);
