@@ -1,12 +1,13 @@
 //! File tools confined to the workspace: `read_file`, `write_file`, `edit_file`, `list_dir`.
 
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::paths::{display, resolve};
+use super::paths::{Access, display, open, resolve};
 use crate::agent::tool::{Tool, ToolContext, ToolError};
 
 /// Largest file `read_file` returns whole, in bytes.
@@ -40,7 +41,12 @@ fn regular(path: &str, meta: &std::fs::Metadata) -> Result<(), ToolError> {
 }
 
 /// The bytes of the regular file at `real`, when it has at most `limit` of them.
-async fn read_limited(path: &str, real: &Path, limit: u64) -> Result<Vec<u8>, ToolError> {
+async fn read_limited(
+    ctx: &ToolContext,
+    path: &str,
+    real: &Path,
+    limit: u64,
+) -> Result<Vec<u8>, ToolError> {
     let meta = tokio::fs::metadata(real)
         .await
         .map_err(|e| io_err(path, e))?;
@@ -53,9 +59,9 @@ async fn read_limited(path: &str, real: &Path, limit: u64) -> Result<Vec<u8>, To
     if meta.len() > limit {
         return Err(too_big(meta.len()));
     }
-    let file = tokio::fs::File::open(real)
-        .await
-        .map_err(|e| io_err(path, e))?;
+    let file = tokio::fs::File::from_std(open(ctx, path, real, Access::Read)?);
+    // What was opened may not be what was looked at (swapped meanwhile).
+    regular(path, &file.metadata().await.map_err(|e| io_err(path, e))?)?;
     // It may have grown since (a log being written): never read past the limit.
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     file.take(limit + 1)
@@ -66,6 +72,16 @@ async fn read_limited(path: &str, real: &Path, limit: u64) -> Result<Vec<u8>, To
         return Err(too_big(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+/// Replace the contents of the file at `real` (created when missing) with `content`.
+async fn write(ctx: &ToolContext, path: &str, real: &Path, content: &str) -> Result<(), ToolError> {
+    let mut file = tokio::fs::File::from_std(open(ctx, path, real, Access::Write)?);
+    regular(path, &file.metadata().await.map_err(|e| io_err(path, e))?)?;
+    file.write_all(content.as_bytes())
+        .await
+        .map_err(|e| io_err(path, e))?;
+    file.flush().await.map_err(|e| io_err(path, e))
 }
 
 /// `read_file`: a text file of the workspace.
@@ -89,7 +105,7 @@ impl Tool for ReadFile {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = arg(&args, "path");
         let real = resolve(ctx, path)?;
-        let bytes = read_limited(path, &real, MAX_READ).await?;
+        let bytes = read_limited(ctx, path, &real, MAX_READ).await?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 }
@@ -123,9 +139,7 @@ impl Tool for WriteFile {
         if let Ok(meta) = tokio::fs::metadata(&real).await {
             regular(path, &meta)?;
         }
-        tokio::fs::write(&real, content)
-            .await
-            .map_err(|e| io_err(path, e))?;
+        write(ctx, path, &real, content).await?;
         Ok(format!(
             "wrote {} bytes to {}",
             content.len(),
@@ -155,7 +169,7 @@ impl Tool for EditFile {
         let path = arg(&args, "path");
         let (old, new) = (arg(&args, "old_text"), arg(&args, "new_text"));
         let real = resolve(ctx, path)?;
-        let text = String::from_utf8(read_limited(path, &real, MAX_EDIT).await?)
+        let text = String::from_utf8(read_limited(ctx, path, &real, MAX_EDIT).await?)
             .map_err(|_| ToolError::Failed(format!("{path} is not UTF-8 text")))?;
         // Overlapping matches count too: `aa` occurs twice in `aaa`.
         let occurrences = text
@@ -166,9 +180,7 @@ impl Tool for EditFile {
             0 => Err(ToolError::Failed(format!("old_text not found in {path}"))),
             1 => {
                 let updated = text.replacen(old, new, 1);
-                tokio::fs::write(&real, updated)
-                    .await
-                    .map_err(|e| io_err(path, e))?;
+                write(ctx, path, &real, &updated).await?;
                 Ok(format!("edited {path}"))
             }
             n => Err(ToolError::Failed(format!(
@@ -201,7 +213,11 @@ impl Tool for ListDir {
             p => p,
         };
         let real = resolve(ctx, path)?;
-        let mut rd = tokio::fs::read_dir(&real)
+        // Listed through the folder opened (see `paths::open`), where /proc shows it.
+        let dir = open(ctx, path, &real, Access::Folder)?;
+        let opened = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string());
+        let listed = if opened.is_dir() { opened } else { real };
+        let mut rd = tokio::fs::read_dir(&listed)
             .await
             .map_err(|e| io_err(path, e))?;
         let mut entries = Vec::new();

@@ -60,6 +60,101 @@ pub fn resolve(ctx: &ToolContext, path: &str) -> Result<PathBuf, ToolError> {
     }
 }
 
+/// How [`open`] opens a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    /// Create or truncate, then write.
+    Write,
+    /// A folder, to list.
+    Folder,
+}
+
+/// Open `real` (from [`resolve`]) so that no link on the way leads out of the workspace.
+/// [`resolve`] checks the path, but a folder on it could be swapped for a symlink to
+/// elsewhere before the open (a command left running by `exec` can do that in a loop).
+/// With `agent.restrict_to_workspace`, Linux's `openat2(RESOLVE_BENEATH)` from the
+/// workspace's folder refuses such a path as the file is opened; a kernel without it
+/// (before 5.6) opens by path.
+pub fn open(
+    ctx: &ToolContext,
+    path: &str,
+    real: &Path,
+    access: Access,
+) -> Result<std::fs::File, ToolError> {
+    #[cfg(target_os = "linux")]
+    if ctx.restrict_to_workspace {
+        match beneath(&ctx.workspace, real, access) {
+            Ok(file) => return Ok(file),
+            // No openat2 (Linux before 5.6, or a container that filters it).
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::ELOOP)) => {
+                return Err(refused(path));
+            }
+            Err(e) => return Err(ToolError::Failed(format!("{path}: {e}"))),
+        }
+    }
+    let opened = match access {
+        Access::Read | Access::Folder => std::fs::File::open(real),
+        Access::Write => std::fs::File::create(real),
+    };
+    opened.map_err(|e| ToolError::Failed(format!("{path}: {e}")))
+}
+
+/// `openat2` of `real` beneath the workspace's folder: `EXDEV` when the way there leaves it.
+#[cfg(target_os = "linux")]
+fn beneath(workspace: &Path, real: &Path, access: Access) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let root = workspace.canonicalize()?;
+    let rel = real
+        .strip_prefix(&root)
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EXDEV))?;
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let rel = std::ffi::CString::new(rel.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let dir = std::fs::File::open(&root)?;
+    // Non-blocking: a FIFO put there meanwhile must not hold the call (the caller checks
+    // that it opened a regular file).
+    let flags = libc::O_CLOEXEC
+        | libc::O_NONBLOCK
+        | match access {
+            Access::Read => libc::O_RDONLY,
+            Access::Folder => libc::O_RDONLY | libc::O_DIRECTORY,
+            Access::Write => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        };
+    #[allow(unsafe_code)]
+    // SAFETY: `open_how` is three integers; all zero is its documented default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    if access == Access::Write {
+        how.mode = 0o666;
+    }
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    #[allow(unsafe_code)]
+    // SAFETY: an open descriptor, a NUL-terminated path and `how` of the size given; the
+    // kernel copies them.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(unsafe_code)]
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) })
+}
+
 fn refused(path: &str) -> ToolError {
     ToolError::Refused(format!("{path} is outside the workspace"))
 }
@@ -74,4 +169,55 @@ pub fn display(ctx: &ToolContext, path: &Path) -> String {
         .unwrap_or(path)
         .display()
         .to_string()
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A folder checked by [`resolve`] and then swapped for a link out of the workspace
+    /// before the open: the open refuses, for reading and for writing.
+    #[test]
+    fn a_folder_swapped_for_a_link_after_the_check_is_not_followed() {
+        let root = tempfile::tempdir().unwrap();
+        let (ws, outside) = (root.path().join("ws"), root.path().join("outside"));
+        std::fs::create_dir_all(ws.join("d")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(ws.join("d/f.txt"), "inside").unwrap();
+        std::fs::write(outside.join("f.txt"), "outside").unwrap();
+        let ctx = ToolContext {
+            key: "test:1".parse().unwrap(),
+            sender_is_owner: false,
+            workspace: ws.clone(),
+            restrict_to_workspace: true,
+            cancel: Default::default(),
+            set_by: Vec::new(),
+        };
+        let (read, new) = (
+            resolve(&ctx, "d/f.txt").unwrap(),
+            resolve(&ctx, "d/new.txt").unwrap(),
+        );
+        let mut text = String::new();
+        open(&ctx, "d/f.txt", &read, Access::Read)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "inside");
+
+        std::fs::rename(ws.join("d"), ws.join("d.old")).unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("d")).unwrap();
+        let refused = |r: Result<std::fs::File, ToolError>| matches!(r, Err(ToolError::Refused(m)) if m.contains("outside the workspace"));
+        assert!(refused(open(&ctx, "d/f.txt", &read, Access::Read)));
+        assert!(refused(open(&ctx, "d/new.txt", &new, Access::Write)));
+        let folder = resolve(&ctx, "d.old").unwrap().with_file_name("d");
+        assert!(refused(open(&ctx, "d", &folder, Access::Folder)));
+        assert!(!outside.join("new.txt").exists());
+        // Without the restriction, paths are opened as they are.
+        let free = ToolContext {
+            restrict_to_workspace: false,
+            ..ctx
+        };
+        assert!(open(&free, "d/f.txt", &read, Access::Read).is_ok());
+    }
 }
