@@ -247,3 +247,36 @@ async fn the_loop_ticks_only_inside_active_hours_and_skips_a_busy_chat() {
     gate.notify_one();
     rig.stop().await;
 }
+
+/// The interval goes on across restarts: a gateway restarted more often than the interval
+/// (a nightly reboot with a daily heartbeat) still beats.
+#[tokio::test(start_paused = true)]
+async fn the_schedule_goes_on_from_the_last_tick_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("HEARTBEAT.md"), "- check the calendar\n").unwrap();
+    let start = |now: &str| {
+        let clock = Arc::new(TokioClock::starting_at(at(now)));
+        Rig::start_with(dir.path(), clock, config(ws.path(), ""), None)
+    };
+    let rig = start("2026-03-02T09:00:00Z").await;
+    mark_active(&rig);
+    heartbeat(&rig, None).start(rig.shutdown.clone(), &rig.tracker);
+    assert!(rig.handler.wait_for(1, Duration::from_secs(3600)).await);
+    assert_eq!(rig.handler.received()[0].1, at("2026-03-02T09:30:00Z"));
+    rig.stop().await;
+
+    // Back at 09:45: the next beat is at 10:00, half an hour after the last, not at 10:15.
+    let rig = start("2026-03-02T09:45:00Z").await;
+    heartbeat(&rig, None).start(rig.shutdown.clone(), &rig.tracker);
+    assert!(rig.handler.wait_for(1, Duration::from_secs(3600)).await);
+    assert_eq!(rig.handler.received()[0].1, at("2026-03-02T10:00:00Z"));
+    rig.stop().await;
+
+    // Back after a long time: the beat overdue comes at once.
+    let rig = start("2026-03-03T09:00:00Z").await;
+    heartbeat(&rig, None).start(rig.shutdown.clone(), &rig.tracker);
+    assert!(rig.handler.wait_for(1, Duration::from_secs(3600)).await);
+    assert_eq!(rig.handler.received()[0].1, at("2026-03-03T09:00:00Z"));
+    rig.stop().await;
+}

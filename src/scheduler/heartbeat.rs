@@ -154,6 +154,9 @@ pub enum Beat {
     Failed(String),
 }
 
+/// `Tree::Meta` key of the last tick's wall-clock time (ms since the epoch, big-endian u128).
+const LAST_TICK: &[u8] = b"heartbeat_last_tick";
+
 /// The heartbeat producer.
 pub struct Heartbeat {
     store: Arc<dyn Store>,
@@ -200,17 +203,39 @@ impl Heartbeat {
             .interval
             .get()
             .max(Duration::from_secs(1));
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        // The schedule goes on from the last tick of an earlier run: with restarts more
+        // often than the interval (a nightly reboot, a daily one), it would never beat.
+        let first = match self.last_tick() {
+            Some(last) => (last + every).saturating_sub(self.wall_ms()),
+            None => every,
+        };
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = ticks.tick() => {
+                    let now = self.wall_ms();
+                    if let Err(e) = self.store.put(Tree::Meta, LAST_TICK, &now.as_millis().to_be_bytes()) {
+                        tracing::warn!("heartbeat: cannot note its tick: {e}");
+                    }
                     let beat = self.beat().await;
                     tracing::debug!(?beat, "heartbeat");
                 }
             }
         }
+    }
+
+    /// The wall clock, as time since the Unix epoch.
+    fn wall_ms(&self) -> Duration {
+        Duration::from_millis(self.clock.now().timestamp_millis().max(0) as u64)
+    }
+
+    /// When an earlier run last ticked (since the Unix epoch).
+    fn last_tick(&self) -> Option<Duration> {
+        let raw = self.store.get(Tree::Meta, LAST_TICK).ok()??;
+        let ms = u128::from_be_bytes(raw.as_slice().try_into().ok()?);
+        Some(Duration::from_millis(u64::try_from(ms).ok()?))
     }
 
     /// One tick: check hours, the file and the target, then publish at most one message.

@@ -12,7 +12,7 @@ use switchboard_channel::{ChannelError, InboundMessage, InboundSender, files};
 use teloxide::Bot;
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::{Request, Requester};
-use teloxide::types::{AllowedUpdate, BotCommand, Update};
+use teloxide::types::{AllowedUpdate, BotCommand, Update, UpdateKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::TelegramConfig;
@@ -238,6 +238,16 @@ impl Intake<'_> {
 /// The message to publish, its files left on it to be fetched before its turn; `None` for
 /// an update that is not a new message (it counts as handled).
 fn prepare(update: Update, me: &BotIdentity) -> Option<InboundMessage> {
+    if matches!(update.kind, UpdateKind::Error(_)) {
+        // teloxide could not read it (a field the Bot API marks optional that it requires,
+        // such as a video's `mime_type`, or a newer type) and keeps nothing of it, so not
+        // even its chat is known: said, since someone may wait for an answer.
+        tracing::warn!(
+            update_id = update.id.0,
+            "telegram: skipping a message this version cannot read"
+        );
+        return None;
+    }
     let Some(mapped) = map_update(&update, me) else {
         tracing::debug!(
             update_id = update.id.0,

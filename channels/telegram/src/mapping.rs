@@ -135,12 +135,18 @@ fn chat_type(m: &Message) -> &'static str {
     }
 }
 
-/// The person (or, for anonymous admins, the chat) that sent the message.
+/// The person that sent the message, or the chat it was sent on behalf of: an anonymous
+/// admin writes as the group, a channel's posts (and what is sent as the channel) as the
+/// channel. Telegram then names a stand-in bot as `from` (`GroupAnonymousBot`,
+/// `Channel_Bot`), the same for every group and channel: taken as the sender, all of them
+/// would be one person.
 fn sender_of(m: &Message) -> Option<Sender> {
-    if let Some(u) = &m.from {
+    if let (Some(u), None) = (&m.from, &m.sender_chat) {
         return Some(user_sender(u));
     }
-    let c = m.sender_chat.as_ref()?;
+    let Some(c) = m.sender_chat.as_ref() else {
+        return m.from.as_ref().map(user_sender);
+    };
     Some(Sender {
         id: c.id.0.to_string(),
         username: c.username().map(str::to_string),
@@ -489,7 +495,27 @@ mod tests {
                      "username": "GroupAnonymousBot"},
             "sender_chat": {"id": -1001, "type": "supergroup", "title": "G"},
             "text": "hello"}}));
-        assert_eq!(map_update(&u, &me()).expect("mapped").msg.text, "hello");
+        let msg = map_update(&u, &me()).expect("mapped").msg;
+        assert_eq!(msg.text, "hello");
+        // The group it was written as, not the stand-in every anonymous admin shares.
+        assert_eq!(
+            (msg.sender.id.as_str(), msg.sender.display_name.as_str()),
+            ("-1001", "G")
+        );
+        // Sent as a channel: that channel.
+        let u = update(json!({"update_id": 9, "message": {
+            "message_id": 13, "date": 1,
+            "chat": {"id": -1001, "type": "supergroup", "title": "G"},
+            "from": {"id": 136_817_688_u64, "is_bot": true, "first_name": "Channel",
+                     "username": "Channel_Bot"},
+            "sender_chat": {"id": -1002, "type": "channel", "title": "News",
+                            "username": "news"},
+            "text": "hi all"}}));
+        let sender = map_update(&u, &me()).expect("mapped").msg.sender;
+        assert_eq!(
+            (sender.id.as_str(), sender.username.as_deref()),
+            ("-1002", Some("news"))
+        );
     }
 
     #[test]
