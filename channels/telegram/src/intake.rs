@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::TelegramConfig;
 use crate::errors::{Backoff, Failure, classify};
-use crate::mapping::{BotIdentity, map_update};
+use crate::mapping::{AddressedAlbums, BotIdentity, map_update};
 use crate::media;
 
 const CHANNEL: &str = "telegram";
@@ -126,6 +126,7 @@ impl Intake<'_> {
         // The offset Telegram last saw, i.e. what is confirmed there.
         let mut told: i64 = 0;
         let mut connected = true;
+        let mut albums = AddressedAlbums::default();
         loop {
             let req = self
                 .bot
@@ -158,10 +159,11 @@ impl Intake<'_> {
                     let Some(last) = fresh.last().map(|u| i64::from(u.id.0)) else {
                         continue;
                     };
-                    let batch: Vec<InboundMessage> = fresh
+                    let mut batch: Vec<InboundMessage> = fresh
                         .into_iter()
                         .filter_map(|update| prepare(update, me))
                         .collect();
+                    albums.apply(&mut batch);
                     let published = if batch.is_empty() {
                         Ok(())
                     } else {

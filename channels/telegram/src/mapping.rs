@@ -8,6 +8,44 @@ use teloxide::types::{
     FileMeta, Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind, User,
 };
 
+/// Metadata key of a message's album (`media_group_id`): each photo of an album is its own
+/// message, and only one carries the caption.
+pub(crate) const ALBUM: &str = "media_group_id";
+
+/// Albums (by chat and `media_group_id`) of which a message addressed the bot: the other
+/// photos of such an album, which carry no caption and so no mention, are addressed too (a
+/// group that only mentions reach would otherwise get the captioned photo alone). They come
+/// in one poll or the next few, so the last [`ALBUMS_KEPT`] albums are kept.
+pub(crate) struct AddressedAlbums(switchboard_channel::bounded::Bounded<(String, String), ()>);
+
+const ALBUMS_KEPT: usize = 256;
+
+impl Default for AddressedAlbums {
+    fn default() -> Self {
+        Self(switchboard_channel::bounded::Bounded::with_cap(ALBUMS_KEPT))
+    }
+}
+
+impl AddressedAlbums {
+    /// Note the albums `batch` addresses, then mark the rest of their photos addressed.
+    pub(crate) fn apply(&mut self, batch: &mut [InboundMessage]) {
+        let album = |m: &InboundMessage| {
+            let id = m.metadata.get(ALBUM)?.as_str()?;
+            Some((m.key.to_string(), id.to_string()))
+        };
+        for m in batch.iter().filter(|m| m.mentions_bot) {
+            if let Some(a) = album(m) {
+                self.0.insert(a, ());
+            }
+        }
+        for m in batch.iter_mut().filter(|m| !m.mentions_bot) {
+            if album(m).is_some_and(|a| self.0.contains(&a)) {
+                m.mentions_bot = true;
+            }
+        }
+    }
+}
+
 /// Who the bot is, from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BotIdentity {
@@ -102,6 +140,9 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
     }
     if let Some(t) = topic {
         meta.insert("thread_id".into(), json!(t.0.0.to_string()));
+    }
+    if let Some(album) = m.media_group_id() {
+        meta.insert(ALBUM.into(), json!(album.0));
     }
     if let Some(r) = reply {
         msg.reply_to = Some(r.id.0.to_string());

@@ -141,6 +141,34 @@ async fn photo_is_downloaded_into_the_inbox_before_the_turn_with_its_caption() {
     assert_eq!(p[1].attachments.len(), 1);
 }
 
+/// An album is one message per photo, and only the first carries the caption: when that
+/// caption mentions the bot, the other photos (in the same poll or a later one) are
+/// addressed too, so a group that only mentions reach gets the whole album. Another album
+/// stays unaddressed.
+#[tokio::test]
+async fn the_photos_of_an_album_whose_caption_mentions_the_bot_are_all_addressed() {
+    let h = Harness::start().await;
+    let (g, f) = (-100_500, &h.fake);
+    let in_album = |mut u: serde_json::Value, album: &str| {
+        u["message"]["media_group_id"] = json!(album);
+        u
+    };
+    let file = |n: &str| f.add_file(n, vec![1u8; 10]);
+    f.push_update(in_album(
+        f.group_photo_mention(g, &ann(), &file("1.jpg"), "compare these"),
+        "A1",
+    ));
+    f.push_update(in_album(f.photo(g, &ann(), &file("2.jpg"), None), "A1"));
+    let first = h.sink.wait_published(2).await;
+    f.push_update(in_album(f.photo(g, &ann(), &file("3.jpg"), None), "A1"));
+    f.push_update(in_album(f.photo(g, &ann(), &file("4.jpg"), None), "B2"));
+    let p = h.sink.wait_published(4).await;
+    assert_eq!(first.len(), 2);
+    let flags: Vec<bool> = p.iter().map(|m| m.mentions_bot).collect();
+    assert_eq!(flags, [true, true, true, false]);
+    assert_eq!(p[1].metadata["media_group_id"], json!("A1"));
+}
+
 #[tokio::test]
 async fn a_file_on_a_slow_link_is_downloaded_whole() {
     let h = Harness::start().await;
