@@ -121,6 +121,29 @@ async fn commands_hold_no_capability_and_cannot_signal_the_gateway() {
     }
 }
 
+/// A descriptor the gateway inherited without close-on-exec (from whatever started it) does
+/// not reach the command.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn descriptors_the_gateway_inherited_do_not_reach_commands() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "inherited").unwrap();
+    let file = std::fs::File::open(&secret).unwrap();
+    let fd = file.as_raw_fd();
+    // Clear close-on-exec, as on a descriptor handed down by a parent process.
+    rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty()).unwrap();
+    let out = exec(
+        dir.path(),
+        json!({"command": format!("cat <&{fd} 2>&1; echo; ls /proc/self/fd")}),
+    )
+    .await
+    .unwrap();
+    assert!(!out.contains("inherited"), "{out}");
+    drop(file);
+}
+
 #[tokio::test]
 async fn output_is_capped_and_counted() {
     let dir = tempfile::tempdir().unwrap();

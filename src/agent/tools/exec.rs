@@ -176,17 +176,22 @@ impl Tool for Exec {
             }
         }
         #[cfg(target_os = "linux")]
-        if ctx.restrict_to_workspace {
+        {
+            let restrict = ctx.restrict_to_workspace;
             let fd = rules.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
             #[allow(unsafe_code)]
-            // SAFETY: both make only system calls, as may run between fork and exec;
+            // SAFETY: these make only system calls, as may run between fork and exec;
             // `rules` stays open until `spawn` returns.
             unsafe {
                 cmd.pre_exec(move || {
-                    if let Some(fd) = fd {
-                        sandbox::restrict(fd)?;
+                    sandbox::close_inherited();
+                    if restrict {
+                        if let Some(fd) = fd {
+                            sandbox::restrict(fd)?;
+                        }
+                        sandbox::drop_root_capabilities()?;
                     }
-                    sandbox::drop_root_capabilities()
+                    Ok(())
                 });
             }
         }
