@@ -193,12 +193,6 @@ pub async fn start(
     }
     let api = Arc::new(ApiChannel::default());
     let cli = Arc::new(ApiChannel::named("cli"));
-    let sink = Arc::new(GatewaySink {
-        config: config.clone(),
-        bus: bus.clone(),
-        health: health.clone(),
-        metrics: metrics.clone(),
-    });
     let clock: Arc<dyn crate::scheduler::Clock> = Arc::new(crate::scheduler::SystemClock);
     let scheduler = crate::scheduler::Scheduler::new(
         store.clone(),
@@ -207,6 +201,13 @@ pub async fn start(
         metrics.clone(),
         clock.clone(),
     );
+    let sink = Arc::new(GatewaySink {
+        config: config.clone(),
+        bus: bus.clone(),
+        health: health.clone(),
+        metrics: metrics.clone(),
+        scheduler: scheduler.clone(),
+    });
     let shared = Arc::new(Shared {
         config: config.clone(),
         store: store.clone(),

@@ -321,3 +321,56 @@ async fn cron_list_says_why_a_last_run_was_skipped() {
         "{out}"
     );
 }
+
+/// A Telegram group that became a supergroup (a new id): its conversation, its reminders
+/// and the heartbeat's last chat follow it to the new key; told twice (each side of the move
+/// reports it), nothing more changes.
+#[tokio::test]
+async fn a_chat_that_moved_takes_its_conversation_and_reminders_along() {
+    use switchboard::scheduler::{NewJob, ScheduleSpec};
+    use switchboard::store::Tree;
+    use switchboard_channel::InboundSink;
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (_ch, running, shutdown) = env.start_with_test_channel().await;
+    let (old, new): (ChatKey, ChatKey) = (
+        "telegram:-555".parse().unwrap(),
+        "telegram:-100555".parse().unwrap(),
+    );
+    let store = &running.shared.store;
+    let session = br#"{"messages":[{"role":"user","content":"we moved"}],"turns":1}"#;
+    store
+        .put(Tree::Sessions, old.to_string().as_bytes(), session)
+        .unwrap();
+    store
+        .put(Tree::Meta, b"last_active", old.to_string().as_bytes())
+        .unwrap();
+    let scheduler = &running.shared.scheduler;
+    let job = scheduler
+        .add(NewJob::new(
+            old.clone(),
+            "water the plants",
+            ScheduleSpec::Every("1d".into()),
+            "cli",
+        ))
+        .await
+        .unwrap();
+
+    for _ in 0..2 {
+        running.shared.sink.moved(&old, &new).await.unwrap();
+    }
+    let at = |k: &ChatKey| store.get(Tree::Sessions, k.to_string().as_bytes()).unwrap();
+    assert_eq!(at(&new).as_deref(), Some(&session[..]));
+    assert_eq!(at(&old), None);
+    assert_eq!(
+        store.get(Tree::Meta, b"last_active").unwrap().as_deref(),
+        Some(new.to_string().as_bytes())
+    );
+    assert!(scheduler.list(Some(&old)).is_empty());
+    let moved = scheduler.list(Some(&new));
+    assert_eq!(moved.len(), 1);
+    assert_eq!((&moved[0].id, &moved[0].next_run), (&job.id, &job.next_run));
+    assert_eq!(scheduler.get(&job.id).unwrap().unwrap().key, new);
+    shutdown.cancel();
+    running.stopped().await;
+}

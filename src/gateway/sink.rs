@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use switchboard_channel::{
-    InboundMessage, InboundSink, Origin, OutboundMessage, PublishError, Published,
+    ChatKey, InboundMessage, InboundSink, Origin, OutboundMessage, PublishError, Published,
 };
 
 use super::Health;
@@ -14,6 +14,10 @@ use crate::bus::Bus;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pairing;
+use crate::store::{Batch, Tree};
+
+/// `Tree::Meta` key of the chat last written in (the heartbeat's `last` target).
+const LAST_ACTIVE: &[u8] = b"last_active";
 
 /// The gateway side of intake: access policy and pairing, then the bus.
 pub struct GatewaySink {
@@ -21,6 +25,7 @@ pub struct GatewaySink {
     pub(super) bus: Arc<Bus>,
     pub(super) health: Arc<Health>,
     pub(super) metrics: Arc<Metrics>,
+    pub(super) scheduler: Arc<crate::scheduler::Scheduler>,
 }
 
 impl GatewaySink {
@@ -150,6 +155,31 @@ impl InboundSink for GatewaySink {
             }
         }
         Ok(results)
+    }
+
+    async fn moved(&self, from: &ChatKey, to: &ChatKey) -> Result<(), PublishError> {
+        let err = |e: &dyn std::fmt::Display| PublishError(e.to_string());
+        let store = self.bus.store();
+        let (from_b, to_b) = (from.to_string().into_bytes(), to.to_string().into_bytes());
+        let mut batch = Batch::default();
+        // The conversation, unless the new chat already has one of its own.
+        if store
+            .get(Tree::Sessions, &to_b)
+            .map_err(|e| err(&e))?
+            .is_none()
+        {
+            if let Some(session) = store.get(Tree::Sessions, &from_b).map_err(|e| err(&e))? {
+                batch.put(Tree::Sessions, to_b.clone(), session);
+                batch.delete(Tree::Sessions, from_b.clone());
+            }
+        }
+        if store.get(Tree::Meta, LAST_ACTIVE).map_err(|e| err(&e))? == Some(from_b) {
+            batch.put(Tree::Meta, LAST_ACTIVE, to_b);
+        }
+        store.commit(batch).await.map_err(|e| err(&e))?;
+        let jobs = self.scheduler.rekey(from, to).await.map_err(|e| err(&e))?;
+        tracing::info!(%from, %to, jobs, "chat moved: its conversation and reminders follow");
+        Ok(())
     }
 
     fn set_connected(&self, channel: &str, connected: bool, detail: &str) {

@@ -280,6 +280,30 @@ impl Scheduler {
         self.fire_now(job).await
     }
 
+    /// Move the jobs of chat `from` to chat `to` (the chat got a new key for good); returns
+    /// how many moved. Their schedules and runs stay as they are.
+    pub async fn rekey(&self, from: &ChatKey, to: &ChatKey) -> Result<usize, ScheduleError> {
+        let _w = self.writes.lock().await;
+        let mut batch = Batch::default();
+        let mut moved = 0;
+        for id in index::of_chat(self.store.as_ref(), from)? {
+            let Some(old) = self.get(&id)? else {
+                continue;
+            };
+            let new = Job {
+                key: to.clone(),
+                ..old.clone()
+            };
+            // Out of the old chat's index, into the new one's (the due entry is rewritten
+            // as it was).
+            index::write(&mut batch, Some(&old), None)?;
+            index::write(&mut batch, None, Some(&new))?;
+            moved += 1;
+        }
+        self.store.commit(batch).await?;
+        Ok(moved)
+    }
+
     /// The `/reminders` answer: this chat's jobs with their next run in the job's timezone.
     pub fn reminders_text(&self, key: &ChatKey) -> String {
         let jobs: Vec<Job> = self

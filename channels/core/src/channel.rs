@@ -106,6 +106,14 @@ pub trait InboundSink: Send + Sync + 'static {
 
     /// The adapter's connection went up or down; `detail` says why, for `/readyz`.
     fn set_connected(&self, channel: &str, connected: bool, detail: &str);
+
+    /// A chat moved to a new key for good (a Telegram group that became a supergroup has a
+    /// new id): what the gateway keeps by chat (its conversation, its reminders) follows it.
+    /// Told again (each side of the move reports it), it changes nothing more.
+    async fn moved(&self, from: &ChatKey, to: &ChatKey) -> Result<(), PublishError> {
+        let _ = (from, to);
+        Ok(())
+    }
 }
 
 /// Cheap, cloneable handle an adapter publishes through.
@@ -126,6 +134,11 @@ impl InboundSender {
         msgs: Vec<InboundMessage>,
     ) -> Result<Vec<Published>, PublishError> {
         self.0.publish_many(msgs).await
+    }
+
+    /// Report that a chat moved to a new key ([`InboundSink::moved`]).
+    pub async fn moved(&self, from: &ChatKey, to: &ChatKey) -> Result<(), PublishError> {
+        self.0.moved(from, to).await
     }
 
     /// Report the connection state; `detail` is served by `/readyz`, so secrets are

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::TelegramConfig;
 use crate::errors::{Backoff, Failure, classify};
-use crate::mapping::{AddressedAlbums, BotIdentity, map_update};
+use crate::mapping::{AddressedAlbums, BotIdentity, map_update, migration};
 use crate::media;
 
 const CHANNEL: &str = "telegram";
@@ -159,6 +159,18 @@ impl Intake<'_> {
                     let Some(last) = fresh.last().map(|u| i64::from(u.id.0)) else {
                         continue;
                     };
+                    // A group that became a supergroup: its conversation and reminders follow
+                    // it to the new id, before the new group's messages are published.
+                    for (from, to) in fresh.iter().filter_map(migration) {
+                        match self.inbound.moved(&from, &to).await {
+                            Ok(()) => {
+                                tracing::info!(%from, %to, "telegram: the group became a supergroup")
+                            }
+                            Err(e) => {
+                                tracing::warn!(%from, %to, error = %e, "telegram: cannot move the group's data to its new id")
+                            }
+                        }
+                    }
                     let mut batch: Vec<InboundMessage> = fresh
                         .into_iter()
                         .filter_map(|update| prepare(update, me))

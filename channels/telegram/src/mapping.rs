@@ -46,6 +46,22 @@ impl AddressedAlbums {
     }
 }
 
+/// The move an update reports, as `(old, new)` chat keys: a group became a supergroup with a
+/// new id (the old group gets a service message naming the new id, the new one a message
+/// naming the old).
+pub(crate) fn migration(update: &Update) -> Option<(ChatKey, ChatKey)> {
+    let UpdateKind::Message(m) = &update.kind else {
+        return None;
+    };
+    let key = |id: i64| ChatKey::new("telegram", id.to_string());
+    if let Some(to) = m.migrate_to_chat_id() {
+        Some((key(m.chat.id.0), key(to.0)))
+    } else {
+        m.migrate_from_chat_id()
+            .map(|from| (key(from.0), key(m.chat.id.0)))
+    }
+}
+
 /// Who the bot is, from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BotIdentity {

@@ -96,6 +96,27 @@ async fn group_messages_say_whether_the_bot_is_addressed() {
     assert_eq!(p[0].metadata["chat_title"], json!("Test group"));
 }
 
+/// A group that becomes a supergroup: the old group gets a service message naming the new
+/// id, the new one a message naming the old. Either reports the move (before the new
+/// group's messages are published), so its conversation and reminders follow.
+#[tokio::test]
+async fn a_group_that_became_a_supergroup_reports_the_move() {
+    let h = Harness::start().await;
+    let admin = json!({"id": 7, "is_bot": false, "first_name": "Ann"});
+    h.fake.push_update(json!({"message": {
+        "chat": {"id": -555, "type": "group", "title": "Family"},
+        "from": admin, "migrate_to_chat_id": -100_555_i64}}));
+    h.fake.push_update(json!({"message": {
+        "chat": {"id": -100_555_i64, "type": "supergroup", "title": "Family"},
+        "from": admin, "migrate_from_chat_id": -555}}));
+    h.fake
+        .push_update(h.fake.group_mention(-100_555, &ann(), "still there?"));
+    let p = h.sink.wait_published(1).await;
+    assert_eq!(p[0].key.to_string(), "telegram:-100555");
+    let moved = ("telegram:-555".to_string(), "telegram:-100555".to_string());
+    assert_eq!(h.sink.moves(), [moved.clone(), moved]);
+}
+
 #[tokio::test]
 async fn forum_topic_messages_get_a_topic_key() {
     let h = Harness::start().await;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use switchboard_channel::{
-    Channel, ChannelError, InboundMessage, InboundSender, InboundSink, PublishError, Published,
+    Channel, ChannelError, ChatKey, InboundMessage, InboundSender, InboundSink, PublishError,
+    Published,
 };
 use switchboard_fakes::telegram::FakeTelegram;
 use switchboard_telegram::{TelegramChannel, TelegramConfig};
@@ -24,6 +25,7 @@ pub struct Recorder {
     published: Mutex<Vec<InboundMessage>>,
     attempts: Mutex<Vec<String>>,
     connected: Mutex<Vec<(bool, String)>>,
+    moved: Mutex<Vec<(String, String)>>,
     fail_next: AtomicUsize,
     changed: Notify,
 }
@@ -44,6 +46,14 @@ impl InboundSink for Recorder {
         };
         self.changed.notify_waiters();
         result
+    }
+
+    async fn moved(&self, from: &ChatKey, to: &ChatKey) -> Result<(), PublishError> {
+        self.moved
+            .lock()
+            .unwrap()
+            .push((from.to_string(), to.to_string()));
+        Ok(())
     }
 
     fn set_connected(&self, channel: &str, connected: bool, detail: &str) {
@@ -68,6 +78,11 @@ impl Recorder {
     /// Ids of every publish call, failed ones included.
     pub fn attempts(&self) -> Vec<String> {
         self.attempts.lock().unwrap().clone()
+    }
+
+    /// The chat moves reported, as `(from, to)` keys.
+    pub fn moves(&self) -> Vec<(String, String)> {
+        self.moved.lock().unwrap().clone()
     }
 
     pub fn connected_events(&self) -> Vec<(bool, String)> {
