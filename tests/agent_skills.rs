@@ -178,6 +178,11 @@ async fn subagent_result_reaches_the_parent_chat_and_it_cannot_spawn_or_message(
         result.origin,
         Origin::System(SystemOrigin::Subagent { .. })
     ));
+    // The turn answering it acts for Ada, who asked (a job it sets is hers).
+    assert_eq!(
+        result.metadata["set_by"],
+        json!([{"channel": "telegram", "id": "42", "group": false}])
+    );
     assert!(
         result.text.contains("Penguins live in the south."),
         "{}",

@@ -503,6 +503,18 @@ async fn the_threads_of_a_chat_share_its_jobs_and_its_limit() {
         .unwrap();
     assert!(rig.scheduler.get(&id).unwrap().is_none());
 
+    // An API chat whose id has a colon is a chat of its own: `api:bob` is not `api:bob:x`'s
+    // room.
+    let bob = ctx("api:bob".parse().unwrap(), false);
+    tool.call(add(50), &ctx("api:bob:x".parse().unwrap(), false))
+        .await
+        .unwrap();
+    let out = tool.call(json!({"action": "list"}), &bob).await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["jobs"],
+        json!([])
+    );
+
     for n in 1..=20 {
         tool.call(add(n), &thread(&format!("{n}.0"))).await.unwrap();
     }

@@ -154,6 +154,17 @@ pub enum Beat {
     Failed(String),
 }
 
+/// How long after start the first tick comes: an interval after the last tick of an earlier
+/// run (at once when that is past), or a full interval without one. Never more than an
+/// interval: a tick stored ahead of the clock (set back since, a store from another
+/// machine) must not hold the heartbeat off for that long.
+fn first_tick(last: Option<Duration>, now: Duration, every: Duration) -> Duration {
+    match last {
+        Some(last) => (last + every).saturating_sub(now).min(every),
+        None => every,
+    }
+}
+
 /// `Tree::Meta` key of the last tick's wall-clock time (ms since the epoch, big-endian u128).
 const LAST_TICK: &[u8] = b"heartbeat_last_tick";
 
@@ -205,10 +216,7 @@ impl Heartbeat {
             .max(Duration::from_secs(1));
         // The schedule goes on from the last tick of an earlier run: with restarts more
         // often than the interval (a nightly reboot, a daily one), it would never beat.
-        let first = match self.last_tick() {
-            Some(last) => (last + every).saturating_sub(self.wall_ms()),
-            None => every,
-        };
+        let first = first_tick(self.last_tick(), self.wall_ms(), every);
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
@@ -294,5 +302,23 @@ impl Heartbeat {
         };
         // No channel of that name runs (turned off, no token): nobody would read the beat.
         self.bus.outbox().has_channel(&key.channel).then_some(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_tick_goes_on_from_the_last_and_never_waits_past_an_interval() {
+        let (m, every) = (
+            |n: u64| Duration::from_secs(60 * n),
+            Duration::from_secs(1800),
+        );
+        assert_eq!(first_tick(None, m(1000), every), every);
+        assert_eq!(first_tick(Some(m(990)), m(1000), every), m(20));
+        assert_eq!(first_tick(Some(m(100)), m(1000), every), Duration::ZERO);
+        // A tick a month ahead of the clock.
+        assert_eq!(first_tick(Some(m(1000 + 43_200)), m(1000), every), every);
     }
 }

@@ -129,11 +129,13 @@ pub(crate) fn of_chat(store: &dyn Store, key: &ChatKey) -> Result<Vec<String>, S
 pub(crate) fn of_room(store: &dyn Store, room: &ChatKey) -> Result<Vec<String>, StoreError> {
     let mut prefix = vec![BY_KEY];
     prefix.extend_from_slice(room.to_string().as_bytes());
+    let threaded = room.has_threads();
     let mut ids = Vec::new();
     store.for_each(Tree::CronIndex, &prefix, &mut |k, _| {
         let rest = &k[prefix.len()..];
-        // `room\0id` or `room:thread\0id`, not another chat whose id starts alike.
-        if matches!(rest.first(), Some(0 | b':')) {
+        // `room\0id` or (where keys have threads) `room:thread\0id`, not another chat whose
+        // id starts alike.
+        if rest.first() == Some(&0) || (threaded && rest.first() == Some(&b':')) {
             if let Some(at) = rest.iter().position(|b| *b == 0) {
                 ids.push(String::from_utf8_lossy(&rest[at + 1..]).into_owned());
             }

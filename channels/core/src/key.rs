@@ -28,10 +28,16 @@ impl ChatKey {
     /// group (`telegram:-100123:topic:7` → `telegram:-100123`); the key itself otherwise.
     /// Everyone in a thread or topic can read the rest of its chat.
     pub fn room(&self) -> ChatKey {
-        match (self.channel.as_str(), self.chat_id.split_once(':')) {
-            ("slack" | "telegram", Some((chat, _))) => ChatKey::new(self.channel.clone(), chat),
+        match self.chat_id.split_once(':') {
+            Some((chat, _)) if self.has_threads() => ChatKey::new(self.channel.clone(), chat),
             _ => self.clone(),
         }
+    }
+
+    /// Whether this channel's keys name threads or topics after a `:` (Slack, Telegram);
+    /// other channels' chat ids are taken whole, colons and all (an API `user`).
+    pub fn has_threads(&self) -> bool {
+        matches!(self.channel.as_str(), "slack" | "telegram")
     }
 }
 

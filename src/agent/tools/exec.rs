@@ -189,7 +189,7 @@ impl Tool for Exec {
                         if let Some(fd) = fd {
                             sandbox::restrict(fd)?;
                         }
-                        sandbox::drop_root_capabilities()?;
+                        sandbox::drop_capabilities()?;
                     }
                     Ok(())
                 });

@@ -83,7 +83,7 @@ pub fn open(
     access: Access,
 ) -> Result<std::fs::File, ToolError> {
     #[cfg(target_os = "linux")]
-    if ctx.restrict_to_workspace {
+    if ctx.restrict_to_workspace && openat2_works() {
         match beneath(&ctx.workspace, real, access) {
             Ok(file) => return Ok(file),
             // No openat2 (Linux before 5.6, or a container that filters it).
@@ -99,6 +99,26 @@ pub fn open(
         Access::Write => std::fs::File::create(real),
     };
     opened.map_err(|e| ToolError::Failed(format!("{path}: {e}")))
+}
+
+/// Whether this system lets the gateway call `openat2` (asked once): Linux before 5.6 has
+/// none (ENOSYS), and a container's seccomp filter may refuse it (EPERM, Docker before
+/// 20.10), which must not make every file tool fail.
+#[cfg(target_os = "linux")]
+fn openat2_works() -> bool {
+    static WORKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WORKS.get_or_init(
+        || match beneath(Path::new("/"), Path::new("/"), Access::Folder) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "file tools: openat2 is not available ({e}); a folder swapped for a link while \
+                 a tool runs is not caught"
+                );
+                false
+            }
+        },
+    )
 }
 
 /// `openat2` of `real` beneath the workspace's folder: `EXDEV` when the way there leaves it.

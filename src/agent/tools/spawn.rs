@@ -208,6 +208,13 @@ impl Subagents {
             format!("Task: {task}\n\nResult:\n{text}"),
         );
         msg.origin = Origin::System(SystemOrigin::Subagent { id: id.clone() });
+        // The turn that answers it acts for whoever asked for the sub-agent (a job it sets
+        // is theirs: see `crate::access::setters`).
+        if !parent.set_by.is_empty() {
+            if let Ok(v) = serde_json::to_value(&parent.set_by) {
+                msg.metadata.insert(crate::access::SET_BY.into(), v);
+            }
+        }
         if let Err(e) = self.publisher.publish(msg).await {
             tracing::error!(%id, key = %parent.key, "could not publish the sub-agent's result: {e}");
         }

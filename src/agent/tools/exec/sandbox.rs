@@ -11,9 +11,9 @@
 //! only the resolver's folders are readable (`/etc/resolv.conf` often points there): it
 //! also holds container secrets (`/run/secrets`) and the user's sockets.
 //!
-//! A gateway run as root starts its commands without any capability (their bounding and
-//! inheritable sets are emptied), so root's `CAP_SYS_PTRACE` cannot read the gateway's
-//! environment through `/proc` and `CAP_DAC_OVERRIDE` cannot pass by file permissions.
+//! Commands hold no capability, but for a root gateway's [`ROOT_KEEPS`] (files in the
+//! sandbox owned by another user): root's `CAP_SYS_PTRACE` cannot read the gateway's
+//! environment through `/proc`, and none can be regained at exec.
 //!
 //! Landlock is Linux's unprivileged sandbox (5.13 and later, when enabled). Where it is
 //! missing, commands run unconfined and the gateway says so once in its log.
@@ -22,7 +22,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// Folders commands may read and run programs from.
-const SYSTEM: [&str; 18] = [
+const SYSTEM: [&str; 20] = [
     "/usr",
     "/bin",
     "/sbin",
@@ -39,6 +39,8 @@ const SYSTEM: [&str; 18] = [
     "/run/systemd/resolve",
     "/run/resolvconf",
     "/run/NetworkManager",
+    "/run/netconfig",
+    "/run/connman",
     "/tmp",
     "/var/tmp",
 ];
@@ -205,11 +207,19 @@ pub fn close_inherited() {
     }
 }
 
-/// In the child, between fork and exec, as root: give up every capability, for this process
-/// and what it starts (the bounding set, then the permitted, effective and inheritable
-/// sets, and the ambient ones). A no-op for other users, who hold none. Only system calls,
-/// as a forked child of a threaded parent may make.
-pub fn drop_root_capabilities() -> std::io::Result<()> {
+/// Capabilities a command run by a root gateway keeps: reaching files in its sandbox that
+/// another user owns (a workspace mounted from the host). `CAP_DAC_OVERRIDE`, `CAP_FOWNER`.
+pub const ROOT_KEEPS: u64 = (1 << 1) | (1 << 3);
+
+/// In the child, between fork and exec: give up capabilities, for this process and what it
+/// starts. Root keeps only [`ROOT_KEEPS`]; every other (`CAP_SYS_PTRACE`, which reads the
+/// gateway's environment through `/proc` despite its being non-dumpable, `CAP_SYS_ADMIN`,
+/// `CAP_NET_ADMIN`…) goes, from the bounding set too. Ambient capabilities (systemd's
+/// `AmbientCapabilities=`) are cleared for every user. A root without `CAP_SETPCAP` (a
+/// hardened container) keeps its bounding set; `no_new_privs` then stops exec from raising
+/// anything past the permitted set cut here. Only system calls, as a forked child of a
+/// threaded parent may make.
+pub fn drop_capabilities() -> std::io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -223,23 +233,30 @@ pub fn drop_root_capabilities() -> std::io::Result<()> {
         inheritable: u32,
     }
     const VERSION_3: u32 = 0x2008_0522;
+    let capset = |keep: u64| {
+        let header = Header {
+            version: VERSION_3,
+            pid: 0,
+        };
+        let word = |w: u32| Data {
+            effective: w,
+            permitted: w,
+            inheritable: 0,
+        };
+        let data = [word(keep as u32), word((keep >> 32) as u32)];
+        #[allow(unsafe_code)]
+        // SAFETY: `capset` reads the header and two data structs, alive for the call.
+        let r = unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    };
     #[allow(unsafe_code)]
-    // SAFETY: plain system calls; `capset` reads the header and two data structs, which
-    // live on this stack for the call.
-    unsafe {
-        if libc::geteuid() != 0 {
-            return Ok(());
-        }
-        // Capabilities this kernel does not know answer EINVAL: past the last one.
-        for cap in 0..64 {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINVAL) {
-                    break;
-                }
-                return Err(e);
-            }
-        }
+    // SAFETY: plain system calls on integers.
+    let root = unsafe {
+        // Older kernels have no ambient set (EINVAL): nothing to clear.
         libc::prctl(
             libc::PR_CAP_AMBIENT,
             libc::PR_CAP_AMBIENT_CLEAR_ALL,
@@ -247,20 +264,29 @@ pub fn drop_root_capabilities() -> std::io::Result<()> {
             0,
             0,
         );
-        let header = Header {
-            version: VERSION_3,
-            pid: 0,
-        };
-        let none = [Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
-        if libc::syscall(libc::SYS_capset, &header as *const Header, none.as_ptr()) != 0 {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        let root = libc::geteuid() == 0;
+        if root {
+            for cap in 0..64 {
+                if ROOT_KEEPS & (1 << cap) != 0 {
+                    continue;
+                }
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    // EINVAL: past the last capability this kernel knows. EPERM: no
+                    // CAP_SETPCAP (see above).
+                    break;
+                }
+            }
+        }
+        root
+    };
+    // Lowering is always allowed; keeping what this process lacks is not (EPERM).
+    match capset(if root { ROOT_KEEPS } else { 0 }) {
+        Err(e) if root && e.raw_os_error() == Some(libc::EPERM) => capset(0),
+        r => r,
     }
-    Ok(())
 }
 
 /// In the child, between fork and exec: confine this process (and all it starts) to
