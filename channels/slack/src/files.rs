@@ -8,7 +8,7 @@
 //! the final name. A file not done in time, too large, or failed becomes a note in the
 //! message text (its name and URL, never the token) instead of losing the message.
 //! Redirects are followed by reqwest, which drops `Authorization` when one leads to another
-//! host or port.
+//! host or port; a URL that is not Slack's to begin with (an external file) is not fetched.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -81,6 +81,8 @@ pub(crate) enum FileError {
 pub(crate) struct Downloader<'a> {
     pub http: &'a reqwest::Client,
     pub bot_token: &'a str,
+    /// The Web API's base URL: files on its host (and port) are Slack's too.
+    pub api_url: &'a str,
     pub inbox: Option<&'a Path>,
     pub max_bytes: u64,
     /// Longest one file may take.
@@ -119,6 +121,11 @@ impl Downloader<'_> {
 
     /// GET the file and save it as `dest`; the bytes written.
     async fn save(&self, file: &FileRef, dest: &Path) -> Result<u64, FileError> {
+        if !on_slack(&file.url, self.api_url) {
+            return Err(FileError::Download(
+                "not a Slack file URL (an external file), so not fetched with the bot token".into(),
+            ));
+        }
         let too_large = || FileError::TooLarge(human_size(self.max_bytes));
         // reqwest errors name the URL only, which carries no secret; `short` redacts anyway.
         let failed = |e: reqwest::Error| FileError::Download(short(&e.to_string()));
@@ -159,6 +166,26 @@ impl Downloader<'_> {
                 WriteError::Io(e) => e.into(),
             })
     }
+}
+
+/// Whether `url` is Slack's, so that the bot token may go with it: https on `slack.com` or
+/// `slack-gov.com` (or a subdomain: `files.slack.com`), or the Web API's own host and port
+/// (a self-hosted proxy, the tests' fake). An external file's URL (a shared Google Drive
+/// document) may name any host, which must never be sent the token.
+fn on_slack(url: &str, api_url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let under = |host: &str, domain: &str| host == domain || host.ends_with(&format!(".{domain}"));
+    let slack = u.scheme() == "https"
+        && u.host_str()
+            .is_some_and(|h| under(h, "slack.com") || under(h, "slack-gov.com"));
+    let api = reqwest::Url::parse(api_url).is_ok_and(|a| {
+        a.scheme() == u.scheme()
+            && a.host_str() == u.host_str()
+            && a.port_or_known_default() == u.port_or_known_default()
+    });
+    slack || api
 }
 
 /// `slack-<event id>-<file id>[-<original name>]`, with only safe characters (a name from
@@ -208,6 +235,29 @@ mod tests {
             "[file big.zip (30.0 MB) not downloaded: larger than the 20.0 MB limit; \
              https://files.slack.com/files-pri/T0-F01/a.pdf]"
         );
+    }
+
+    #[test]
+    fn the_token_goes_only_to_slack() {
+        let api = "http://127.0.0.1:9000/api";
+        for ok in [
+            "https://files.slack.com/files-pri/T0-F1/a.pdf",
+            "https://slack.com/x",
+            "https://files.slack-gov.com/a",
+            "http://127.0.0.1:9000/files/a",
+        ] {
+            assert!(on_slack(ok, api), "{ok}");
+        }
+        for no in [
+            "https://drive.google.com/a",
+            "https://evilslack.com/a",
+            "https://slack.com.evil.example/a",
+            "http://files.slack.com/a",
+            "http://127.0.0.1:9001/files/a",
+            "not a url",
+        ] {
+            assert!(!on_slack(no, api), "{no}");
+        }
     }
 
     #[test]

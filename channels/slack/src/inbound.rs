@@ -61,12 +61,14 @@ pub(crate) fn is_dm(channel: &str) -> bool {
     channel.starts_with('D')
 }
 
-/// `(channel, thread root ts)` of a channel thread reply that does not say whose thread it
-/// is (no `parent_user_id`, as over Socket Mode): [`convert`] needs to know whether the
-/// bot's. Mentions, DMs, bots' and the bot's own messages need no answer.
+/// `(channel, thread root ts)` of a channel thread reply that does not say the thread is the
+/// bot's (no `parent_user_id`, as over Socket Mode, or a person's): [`convert`] needs to
+/// know whether the bot takes part in it. DMs, bots' and the bot's own messages need no
+/// answer.
 pub(crate) fn thread_to_look_up(callback: &Value, me: &BotIdentity) -> Option<(String, String)> {
     let ev = callback.get("event")?;
-    if s(ev, "type") != Some("message") || s(ev, "parent_user_id").is_some() {
+    // A root by the bot (the Events API says so) needs no lookup.
+    if s(ev, "type") != Some("message") || s(ev, "parent_user_id") == Some(me.user_id.as_str()) {
         return None;
     }
     if s(ev, "bot_id").is_some() || s(ev, "user").is_none_or(|u| u == me.user_id) {
@@ -129,7 +131,10 @@ pub(crate) fn convert(
     let thread_ts = s(ev, "thread_ts");
     let root = thread_ts.unwrap_or(ts);
     let in_thread = thread_ts.is_some_and(|t| t != ts);
-    let bot_thread = in_thread
+    // Without threads the bot answers in the channel, so talk in a thread under one of its
+    // posts is not taken for a question to it (the answer would land outside the thread).
+    let bot_thread = reply_in_thread
+        && in_thread
         && (in_bot_thread(channel, root) || s(ev, "parent_user_id") == Some(me.user_id.as_str()));
     let mentions_bot = is_mention_event || mentions_tag || bot_thread;
 
@@ -142,10 +147,12 @@ pub(crate) fn convert(
         channel.to_string()
     };
     let trimmed = raw_text.trim_start();
-    let text = trimmed
-        .strip_prefix(&tag)
-        .map(str::trim_start)
-        .unwrap_or(raw_text);
+    let text = plain_text(
+        trimmed
+            .strip_prefix(&tag)
+            .map(str::trim_start)
+            .unwrap_or(raw_text),
+    );
     let sender = Sender {
         id: user.to_string(),
         username: None,
@@ -187,6 +194,60 @@ pub(crate) fn convert(
             .map(|fs| fs.iter().filter_map(FileRef::from_event).collect())
             .unwrap_or_default(),
     }))
+}
+
+/// Slack's `mrkdwn` of an incoming message as plain text: `&amp; &lt; &gt;` unescaped, a
+/// link `<https://x|label>` as `label (https://x)`, `<#C1|general>` as `#general`, `<!here>`
+/// as `@here`; a user mention `<@U1>` stays as it is, so the model can write it back.
+pub(crate) fn plain_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find('<') {
+        out.push_str(&unescape(&rest[..start]));
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('>') else {
+            out.push_str(&unescape(&rest[start..]));
+            rest = "";
+            break;
+        };
+        let token = &after[..end];
+        let (target, label) = match token.split_once('|') {
+            Some((t, l)) => (t, Some(l)),
+            None => (token, None),
+        };
+        let label = label.map(unescape);
+        match target.chars().next() {
+            Some('@') => out.push_str(&format!("<{target}>")),
+            Some('#') => out.push_str(&format!(
+                "#{}",
+                label.unwrap_or_else(|| target[1..].to_string())
+            )),
+            Some('!') => {
+                let word = target[1..].split('^').next().unwrap_or_default();
+                match label {
+                    Some(l) => out.push_str(&l),
+                    None => out.push_str(&format!("@{word}")),
+                }
+            }
+            _ => {
+                let url = unescape(target);
+                let url = url.strip_prefix("mailto:").unwrap_or(&url).to_string();
+                match label {
+                    Some(l) if l != url => out.push_str(&format!("{l} ({url})")),
+                    _ => out.push_str(&url),
+                }
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(&unescape(rest));
+    out
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
 }
 
 #[cfg(test)]

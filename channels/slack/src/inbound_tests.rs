@@ -81,8 +81,14 @@ fn thread_reply_in_a_bot_thread_mentions_the_bot() {
     };
     assert_eq!(c.msg.key.to_string(), "slack:C1:100.1");
     assert!(c.msg.mentions_bot);
-    let other = publish(ev, true);
+    let other = publish(ev.clone(), true);
     assert!(!other.msg.mentions_bot, "not the bot's thread");
+    // Without threads (replies go to the channel), a thread reply needs a mention.
+    let c = match convert(&cb(ev), &me(), false, |_, _| true) {
+        Intake::Publish(c) => *c,
+        Intake::Ignore(w) => panic!("{w}"),
+    };
+    assert!(!c.msg.mentions_bot);
 }
 
 #[test]
@@ -154,4 +160,21 @@ fn other_event_types_and_edited_mentions_are_ignored() {
         json!({"type": "app_mention", "user": "U1", "channel": "C1", "text": "<@UBOT> x",
                    "ts": "1.0", "edited": {"user": "U1", "ts": "2.0"}}),
     );
+}
+
+#[test]
+fn slack_markup_reaches_the_model_as_plain_text() {
+    let c = publish(
+        json!({"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1.0",
+               "text": "<@UBOT> is a &lt; b &amp;&amp; c &gt; d? ask <@U0BOB0001> in \
+                        <#C0123ABCD|general>, see <https://x.io/a?b=1&amp;c=2|the docs> \
+                        or <https://x.io> <mailto:a@b.io|a@b.io> <!here>"}),
+        true,
+    );
+    assert_eq!(
+        c.msg.text,
+        "is a < b && c > d? ask <@U0BOB0001> in #general, see the docs \
+         (https://x.io/a?b=1&c=2) or https://x.io a@b.io @here"
+    );
+    assert_eq!(plain_text("a < b"), "a < b", "a lone < is kept");
 }

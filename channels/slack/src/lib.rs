@@ -130,7 +130,9 @@ impl Shared {
             return Err(IntakeError::NotRunning);
         };
         let lookups_until = started + USER_LOOKUP_WAIT;
-        if let Some(thread) = inbound::thread_to_look_up(callback, &me) {
+        // Without threads, talk in one never counts as addressed (see `inbound::convert`).
+        let thread = inbound::thread_to_look_up(callback, &me).filter(|_| self.cfg.reply_in_thread);
+        if let Some(thread) = thread {
             self.learn_thread(&me, thread, lookups_until).await;
         }
         let decision = {
@@ -171,10 +173,13 @@ impl Shared {
 }
 
 impl Shared {
-    /// Whose thread is it? Socket Mode events lose `parent_user_id` (slack-morphism's typed
-    /// event has no such field), so a reply under a post the bot made before a restart
-    /// would look like chatter. Ask `conversations.replies` for the root, once per thread:
-    /// the answer, either way, is kept in `threads`. It and the user lookup end by `until`
+    /// Is it a thread the bot takes part in? What this run saw is in `threads`; a thread
+    /// from before a restart is not, and Socket Mode events lose `parent_user_id`
+    /// (slack-morphism's typed event has no such field), while the Events API's names only
+    /// the root's author (a person, when someone started the thread by mentioning the
+    /// bot). So `conversations.replies` is asked, once per thread: the bot posted the root,
+    /// is among those who replied, or posted one of the first messages. The answer, either
+    /// way, is kept in `threads`. It and the user lookup end by `until`
     /// together; a lookup that fails or runs late counts as someone else's thread and is
     /// tried again next time.
     async fn learn_thread(
@@ -187,11 +192,17 @@ impl Shared {
             return;
         }
         let (channel, root) = &thread;
-        let found = tokio::time::timeout_at(until, self.web.thread_root(channel, root));
+        let found = tokio::time::timeout_at(until, self.web.thread(channel, root));
         let mine = match found.await {
-            Ok(Ok(root)) => {
-                root.user.as_deref() == Some(me.user_id.as_str())
-                    || (root.bot_id.is_some() && root.bot_id == me.bot_id)
+            Ok(Ok(messages)) => {
+                let by_me = |m: &web::ThreadMessage| {
+                    m.user.as_deref() == Some(me.user_id.as_str())
+                        || (m.bot_id.is_some() && m.bot_id == me.bot_id)
+                };
+                messages.iter().any(by_me)
+                    || messages
+                        .first()
+                        .is_some_and(|root| root.reply_users.contains(&me.user_id))
             }
             // Slack answered (thread_not_found, missing_scope…): not a thread of the bot's.
             Ok(Err(web::WebError::Api(code))) => {
@@ -403,6 +414,7 @@ impl Channel for SlackChannel {
         let downloader = files::Downloader {
             http: &sh.http,
             bot_token: &sh.cfg.bot_token,
+            api_url: &sh.cfg.api_url,
             inbox: sh.cfg.inbox_dir.as_deref(),
             max_bytes: sh.cfg.max_file_bytes,
             timeout: sh.cfg.file_download_timeout,

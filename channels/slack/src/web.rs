@@ -153,14 +153,18 @@ pub(crate) struct UserNames {
 #[derive(Deserialize)]
 struct Replies {
     #[serde(default)]
-    messages: Vec<ThreadRoot>,
+    messages: Vec<ThreadMessage>,
 }
 
-/// Who posted a thread's root message (`conversations.replies`).
+/// One message of a thread (`conversations.replies`): who posted it, and on the root, who
+/// replied.
 #[derive(Debug, Clone, Deserialize)]
-pub(crate) struct ThreadRoot {
+pub(crate) struct ThreadMessage {
     pub user: Option<String>,
     pub bot_id: Option<String>,
+    /// On the root: up to 5 users who replied.
+    #[serde(default)]
+    pub reply_users: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -168,6 +172,9 @@ struct ConnectionsOpen {
     #[allow(dead_code)]
     url: String,
 }
+
+/// Messages of a thread read to tell whether the bot took part in it.
+pub(crate) const THREAD_LOOKUP: usize = 50;
 
 /// Web API client bound to the bot token.
 pub(crate) struct WebApi {
@@ -260,12 +267,14 @@ impl WebApi {
         }))
     }
 
-    /// `conversations.replies` with `limit=1`: the root message of thread `ts`.
-    pub async fn thread_root(&self, channel: &str, ts: &str) -> Result<ThreadRoot, WebError> {
+    /// `conversations.replies`: the first [`THREAD_LOOKUP`] messages of thread `ts`, its
+    /// root first.
+    pub async fn thread(&self, channel: &str, ts: &str) -> Result<Vec<ThreadMessage>, WebError> {
+        let limit = THREAD_LOOKUP.to_string();
         let params = vec![
             ("channel", Some(channel)),
             ("ts", Some(ts)),
-            ("limit", Some("1")),
+            ("limit", Some(limit.as_str())),
         ];
         let r: Replies = self
             .client
@@ -274,10 +283,10 @@ impl WebApi {
             .http_get("conversations.replies", &params, None)
             .await
             .map_err(WebError::from_client)?;
-        r.messages
-            .into_iter()
-            .next()
-            .ok_or_else(|| WebError::Api("thread_not_found".into()))
+        if r.messages.is_empty() {
+            return Err(WebError::Api("thread_not_found".into()));
+        }
+        Ok(r.messages)
     }
 
     /// `chat.postMessage` with `mrkdwn: true`; returns the new message's ts.

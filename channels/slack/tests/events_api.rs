@@ -234,6 +234,32 @@ async fn a_reply_under_the_bots_own_top_level_post_is_addressed_to_it() {
     run.stop().await.unwrap();
 }
 
+/// A thread someone started by mentioning the bot, which answered in it before a restart:
+/// the Events API names the person as `parent_user_id`, and the bot is found among those
+/// who replied, so a follow-up without a mention is still addressed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_in_a_thread_the_bot_answered_before_a_restart_is_addressed() {
+    let fake = FakeSlack::start().await;
+    fake.add_message("C9", "4.0", "U2", "<@UBOT> how many users?");
+    fake.add_reply(
+        "C9",
+        "4.0",
+        "4.1",
+        switchboard_fakes::slack::BOT_USER_ID,
+        "1 200.",
+    );
+    let run = running(&fake).await;
+    let mut ev = events::thread_reply("C9", "U2", "and last month?", "4.2", "4.0");
+    ev["parent_user_id"] = serde_json::json!("U2");
+    let body = events::event_callback_body("Ev8", ev);
+    assert_eq!(deliver(&run.channel, &body).await, 200);
+    let got = run.sink.published();
+    assert_eq!(got.len(), 1);
+    assert!(got[0].mentions_bot);
+    assert_eq!(got[0].key.to_string(), "slack:C9:4.0");
+    run.stop().await.unwrap();
+}
+
 /// 200 events/s for 2 s through the handler (signature check, parse, publish): every one
 /// answered 200 and published once. (Its latency is measured by the benchmark.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -156,6 +156,35 @@ async fn a_redirect_to_another_host_does_not_carry_the_token() {
     run.stop().await.unwrap();
 }
 
+/// An external file (a shared Google Drive document) names a URL on another host: it is
+/// never asked for with the bot token, and the message says why it did not come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_url_off_slack_is_not_sent_the_token() {
+    let fake = FakeSlack::start().await;
+    let elsewhere = FakeSlack::start().await;
+    let inbox = tempfile::tempdir().unwrap();
+    let run = start(events_config(&fake, SECRET).with_inbox_dir(inbox.path()));
+    run.sink.wait_for_connected(true).await;
+    let url = elsewhere.add_public_file("doc/plan.pdf", "application/pdf", b"PDF");
+    let ev = file_share("U1", &[("plan.pdf", "application/pdf", 3, &url)]);
+    let body = events::event_callback_body("EvF9", ev);
+    let hdrs = events::signed_headers(SECRET, &events::now_timestamp(), &body);
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&hdrs, body.as_bytes())
+        .await;
+    assert_eq!(status, 200);
+    let m = &fetched(&run).await;
+    assert!(m.attachments.is_empty(), "{m:?}");
+    assert!(
+        m.text.contains("[file plan.pdf") && m.text.contains("not a Slack file URL"),
+        "{}",
+        m.text
+    );
+    assert!(elsewhere.file_gets().is_empty(), "nothing was asked of it");
+    run.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_large_files_and_strangers_files_are_not_kept() {
     let fake = FakeSlack::start().await;

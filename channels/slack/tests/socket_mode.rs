@@ -453,6 +453,9 @@ async fn a_reply_under_a_post_from_before_a_restart_is_looked_up_once() {
     // Posted by an earlier run: this one has no memory of it.
     fake.add_message("C7", "8.0", BOT_USER_ID, "Yesterday's report");
     fake.add_message("C7", "6.0", "U2", "lunch?");
+    // A thread someone started by mentioning the bot, which answered in it.
+    fake.add_message("C7", "5.0", "U2", "<@UBOT> what is our Q2 revenue?");
+    fake.add_reply("C7", "5.0", "5.1", BOT_USER_ID, "About 1.2 M.");
     let run = start(socket_config(&fake));
     fake.wait_for_connections(1).await;
 
@@ -461,15 +464,16 @@ async fn a_reply_under_a_post_from_before_a_restart_is_looked_up_once() {
         ("8.3", "8.0"),
         ("6.1", "6.0"),
         ("6.2", "6.0"),
+        ("5.2", "5.0"),
     ] {
         let p = fake
             .push_event(events::thread_reply("C7", "U1", "and Q3?", ts, root))
             .await;
         fake.wait_for_ack(&p.envelope_id).await;
     }
-    let got = run.sink.wait_for_published(4).await;
+    let got = run.sink.wait_for_published(5).await;
     let addressed: Vec<bool> = got.iter().map(|m| m.mentions_bot).collect();
-    assert_eq!(addressed, [true, true, false, false]);
+    assert_eq!(addressed, [true, true, false, false, true]);
     assert_eq!(got[0].key.to_string(), "slack:C7:8.0");
     // One lookup per thread, whatever the answer.
     let lookups: Vec<_> = fake
@@ -480,7 +484,11 @@ async fn a_reply_under_a_post_from_before_a_restart_is_looked_up_once() {
         .collect();
     assert_eq!(
         lookups,
-        [("8.0".into(), "1".into()), ("6.0".into(), "1".into())]
+        [
+            ("8.0".into(), "50".into()),
+            ("6.0".into(), "50".into()),
+            ("5.0".into(), "50".into())
+        ]
     );
     run.stop().await.expect("clean stop");
 }

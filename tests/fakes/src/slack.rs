@@ -205,6 +205,15 @@ impl FakeSlack {
         self.shared.lock().history.insert(key, m);
     }
 
+    /// [`Self::add_message`] as a reply in the thread of `root`.
+    pub fn add_reply(&self, channel: &str, root: &str, ts: &str, user: &str, text: &str) {
+        self.add_message(channel, ts, user, text);
+        let key = (channel.to_string(), ts.to_string());
+        if let Some(m) = self.shared.lock().history.get_mut(&key) {
+            m["thread_ts"] = json!(root);
+        }
+    }
+
     /// Serve `body` at `/files/<path>` to the bot token; returns its `url_private`.
     pub fn add_file(&self, path: &str, mime: &str, body: &[u8]) -> String {
         self.host_file(path, mime, body, |_| {})

@@ -78,7 +78,8 @@ fn inline(nodes: &[Inline], in_bold: bool, out: &mut String) {
     for n in nodes {
         let mut inner = String::new();
         match n {
-            Inline::Text(t) | Inline::Url(t) => escape(t, out),
+            Inline::Text(t) => escape_text(t, out),
+            Inline::Url(t) => escape(t, out),
             Inline::Code(t) => {
                 escape(t, &mut inner);
                 wrap(out, "`", &inner);
@@ -137,6 +138,51 @@ fn plain_nodes(nodes: &[Inline], out: &mut String) {
             Inline::Strong(c) | Inline::Emph(c) | Inline::Strike(c) => plain_nodes(c, out),
             Inline::Link { text, .. } => plain_nodes(text, out),
         }
+    }
+}
+
+/// [`escape`] text, letting a user or channel mention through as Slack writes it (`<@U1>`,
+/// `<#C1|general>`): the model writes them back from the messages it read. Broadcasts
+/// (`<!here>`, `<!channel>`) are escaped like any other text.
+fn escape_text(text: &str, out: &mut String) {
+    let mut rest = text;
+    while let Some(at) = rest.find('<') {
+        escape(&rest[..at], out);
+        let token = rest[at..].find('>').map(|end| &rest[at..=at + end]);
+        match token.filter(|t| is_mention(t)) {
+            Some(t) => {
+                out.push_str(t);
+                rest = &rest[at + t.len()..];
+            }
+            None => {
+                out.push_str("&lt;");
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    escape(rest, out);
+}
+
+/// `<@U0123ABCD>`, `<@W…>`, `<#C0123ABCD>` or `<#C0123ABCD|name>`.
+fn is_mention(token: &str) -> bool {
+    let Some(inner) = token.strip_prefix('<').and_then(|t| t.strip_suffix('>')) else {
+        return false;
+    };
+    let (id, name) = match inner.split_once('|') {
+        Some((id, name)) => (id, Some(name)),
+        None => (inner, None),
+    };
+    let id_ok = |id: &str, first: &[char]| {
+        id.len() >= 3
+            && id.starts_with(first)
+            && id
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+    };
+    match (id.strip_prefix('@'), id.strip_prefix('#')) {
+        (Some(user), _) => name.is_none() && id_ok(user, &['U', 'W']),
+        (_, Some(channel)) => id_ok(channel, &['C', 'G']) && !name.is_some_and(|n| n.contains('<')),
+        _ => false,
     }
 }
 

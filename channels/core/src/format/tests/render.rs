@@ -121,6 +121,16 @@ fn slack_mrkdwn() {
                 "```\na | b\n--+--\n1 | 2\n```",
             ),
             ("**unbalanced", "**unbalanced"),
+            // Mentions the model writes back pass; broadcasts and look-alikes do not.
+            (
+                "ask <@U0BOB0001> in <#C0123ABCD|general>",
+                "ask <@U0BOB0001> in <#C0123ABCD|general>",
+            ),
+            (
+                "<!here> <@bob> <@U1 x>",
+                "&lt;!here&gt; &lt;@bob&gt; &lt;@U1 x&gt;",
+            ),
+            ("`<@U0BOB0001>`", "`&lt;@U0BOB0001&gt;`"),
         ],
     );
 }
