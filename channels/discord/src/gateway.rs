@@ -142,7 +142,13 @@ impl RawEventHandler for Activity {
 enum Outcome {
     Shutdown,
     Unauthorized(String),
-    Restart { reason: String, was_ready: bool },
+    /// Discord refuses this bot's setup, so no retry can work (and each costs one of the
+    /// 1 000 IDENTIFYs a day, past which Discord resets the token).
+    Refused(String),
+    Restart {
+        reason: String,
+        was_ready: bool,
+    },
 }
 
 /// Keep the gateway connection up until `shutdown`.
@@ -154,7 +160,15 @@ pub(crate) async fn run(
 ) -> Result<(), ChannelError> {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let outcome = match preflight(cfg, rest).await {
+        // A slow or unreachable API must not hold up a shutdown.
+        let checked = tokio::select! {
+            _ = shutdown.cancelled() => {
+                inbound.set_connected(NAME, false, "stopped");
+                return Ok(());
+            }
+            checked = preflight(cfg, rest) => checked,
+        };
+        let outcome = match checked {
             Ok(bot_id) => run_client(cfg, rest, &inbound, &shutdown, bot_id).await,
             Err(RestError::Unauthorized) => Outcome::Unauthorized(
                 "discord: the bot token was refused (HTTP 401 on /users/@me); check token_env"
@@ -175,6 +189,11 @@ pub(crate) async fn run(
                 inbound.set_connected(NAME, false, "bot token refused");
                 return Err(ChannelError::Unauthorized(why));
             }
+            Outcome::Refused(why) => {
+                tracing::error!("{why}");
+                inbound.set_connected(NAME, false, &why);
+                return Err(ChannelError::Other(why));
+            }
             Outcome::Restart { reason, was_ready } => {
                 // Logged and served by `/readyz`; serenity's errors quote what servers said.
                 let reason = redact(&reason);
@@ -194,6 +213,26 @@ pub(crate) async fn run(
             }
         }
     }
+}
+
+/// What to do about a gateway close that no retry can mend, or `None` for the others.
+fn refused_setup(e: &GatewayError) -> Option<String> {
+    let what = match e {
+        GatewayError::DisallowedGatewayIntents => {
+            "discord: the gateway refused the MESSAGE CONTENT intent (close code 4014): in the \
+             Developer Portal, Bot → Privileged Gateway Intents, turn on Message Content Intent, \
+             then restart switchboard"
+        }
+        GatewayError::InvalidGatewayIntents => {
+            "discord: the gateway refused the intents asked for (close code 4013)"
+        }
+        GatewayError::InvalidShardData | GatewayError::OverloadedShard => {
+            "discord: the gateway refused the shard (close code 4010/4011): the bot is in too \
+             many servers for one shard"
+        }
+        _ => return None,
+    };
+    Some(what.to_string())
 }
 
 /// Check the token, and with a custom `api_url` that its gateway discovery answers (serenity
@@ -267,6 +306,9 @@ async fn run_client(
                 break match res {
                     Ok(Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication))) => {
                         Outcome::Unauthorized("discord: the gateway refused the bot token (close code 4004)".into())
+                    }
+                    Ok(Err(serenity::Error::Gateway(e))) if refused_setup(&e).is_some() => {
+                        Outcome::Refused(refused_setup(&e).unwrap_or_default())
                     }
                     Ok(Err(e)) => Outcome::Restart { reason: format!("discord: client stopped: {e}"), was_ready },
                     Ok(Ok(())) => Outcome::Restart { reason: "discord: client stopped".into(), was_ready },

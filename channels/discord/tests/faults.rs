@@ -151,6 +151,55 @@ async fn invalid_token_is_unauthorized_and_never_echoes_the_token() {
     );
 }
 
+/// Message Content not enabled for the bot (close code 4014): the channel stops with what
+/// to do, instead of identifying again and again (Discord resets a token after 1 000
+/// IDENTIFYs a day).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_intent_stops_the_channel_and_says_what_to_turn_on() {
+    let fake = common::fake().await;
+    fake.disallow_intents();
+    let ch = DiscordChannel::new(common::config(&fake, common::TOKEN)).expect("channel");
+    let rec = common::Recorder::new();
+    let res = tokio::time::timeout(
+        common::WAIT,
+        ch.run(InboundSender::new(rec.clone()), CancellationToken::new()),
+    )
+    .await
+    .expect("run returned instead of retrying");
+    match res {
+        Err(ChannelError::Other(why)) => {
+            assert!(why.contains("close code 4014"), "{why}");
+            assert!(why.contains("Message Content Intent"), "{why}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(fake.identifies().len(), 1, "identified once");
+    let last = rec.connected_reports().last().cloned().unwrap();
+    assert!(!last.0 && last.1.contains("4014"), "{last:?}");
+}
+
+/// A shutdown while the start-up token check waits on a slow API ends the channel at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_during_a_slow_token_check_is_not_held_up() {
+    let fake = common::fake().await;
+    fake.slow_token_check(std::time::Duration::from_secs(25));
+    let ch = DiscordChannel::new(common::config(&fake, common::TOKEN)).expect("channel");
+    let rec = common::Recorder::new();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let (rec, shutdown) = (rec.clone(), shutdown.clone());
+        async move { ch.run(InboundSender::new(rec), shutdown).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    shutdown.cancel();
+    let res = tokio::time::timeout(std::time::Duration::from_secs(2), run)
+        .await
+        .expect("stopped at once")
+        .unwrap();
+    assert!(res.is_ok(), "{res:?}");
+    assert!(fake.identifies().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_discovery_failure_is_loud_and_never_falls_back() {
     // An api_url that does not serve /api/v10/gateway: run keeps retrying and reports why,

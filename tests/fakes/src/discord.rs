@@ -266,6 +266,10 @@ pub(crate) struct State {
     pub(crate) frozen: Option<usize>,
     /// New connections stay silent (see [`FakeDiscord::mute_new_connections`]).
     pub(crate) mute_new: bool,
+    /// IDENTIFY is answered with close code 4014 (see [`FakeDiscord::disallow_intents`]).
+    pub(crate) intents_disallowed: bool,
+    /// `GET /users/@me` answers after this long (a slow API).
+    pub(crate) me_delay: Option<Duration>,
     pub(crate) cdn: cdn::Cdn,
 }
 
@@ -501,6 +505,17 @@ impl FakeDiscord {
     /// Gateway connections accepted so far.
     pub fn connections(&self) -> usize {
         self.shared.lock().connections
+    }
+
+    /// Answer `GET /users/@me` (the adapter's token check) only after `delay`.
+    pub fn slow_token_check(&self, delay: Duration) {
+        self.shared.lock().me_delay = Some(delay);
+    }
+
+    /// Answer IDENTIFY with close code 4014, "Disallowed intent(s).": the bot asks for a
+    /// privileged intent (Message Content) not enabled in the Developer Portal.
+    pub fn disallow_intents(&self) {
+        self.shared.lock().intents_disallowed = true;
     }
 
     /// The live connection stops answering heartbeats and gets no dispatches while its

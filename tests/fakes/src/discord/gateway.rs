@@ -116,6 +116,11 @@ async fn handle_frame(
             if !token_ok(shared, &d) {
                 return close(ws, 4004, "Authentication failed.").await;
             }
+            if shared.lock().intents_disallowed {
+                shared.lock().identifies.push(d);
+                shared.bump();
+                return close(ws, 4014, "Disallowed intent(s).").await;
+            }
             let mut st = shared.lock();
             st.identifies.push(d);
             let session_id = format!("fake-session-{}", st.identifies.len());

@@ -66,6 +66,10 @@ async fn gateway_bot(AxState(shared): S, headers: HeaderMap) -> Response {
 }
 
 async fn me(AxState(shared): S, headers: HeaderMap) -> Response {
+    let delay = shared.lock().me_delay;
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
     if let Some(r) = check_auth(&shared, &headers) {
         return r;
     }
