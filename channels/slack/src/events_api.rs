@@ -4,8 +4,8 @@
 //! signature (`x-slack-signature`, HMAC-SHA256 over `v0:{timestamp}:{body}`, compared in
 //! constant time) and the timestamp (at most 5 minutes off) are checked first; then
 //! `url_verification` is answered, or the event is published and 200 returned at once.
-//! Slack's retries (`x-slack-retry-num`) carry the same `event_id`, so the message id
-//! `slack:event:<event_id>` lets the gateway drop the duplicate.
+//! Slack's retries (`x-slack-retry-num`) carry the same message, so its id
+//! (`slack:msg:<channel>:<ts>`) lets the gateway drop the duplicate.
 
 use std::sync::Arc;
 

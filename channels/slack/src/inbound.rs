@@ -81,6 +81,14 @@ pub(crate) fn thread_to_look_up(callback: &Value, me: &BotIdentity) -> Option<(S
     Some((channel.to_string(), root.to_string()))
 }
 
+/// The id of the message `ts` of `channel`: the same for every event that carries it (a
+/// mention comes as `message` and as `app_mention`, in a DM or group DM too, each with its
+/// own `event_id`; Slack's retries and Socket Mode redeliveries repeat one), so the gateway
+/// keeps one and drops the others as duplicates.
+pub(crate) fn message_id(channel: &str, ts: &str) -> String {
+    format!("slack:msg:{channel}:{ts}")
+}
+
 /// Decide about one `event_callback`. `in_bot_thread(channel, thread_ts)` says whether the
 /// bot already takes part in that thread.
 pub(crate) fn convert(
@@ -89,9 +97,9 @@ pub(crate) fn convert(
     reply_in_thread: bool,
     in_bot_thread: impl Fn(&str, &str) -> bool,
 ) -> Intake {
-    let Some(event_id) = s(callback, "event_id") else {
+    if s(callback, "event_id").is_none() {
         return Intake::Ignore("no event_id");
-    };
+    }
     let Some(ev) = callback.get("event") else {
         return Intake::Ignore("no event");
     };
@@ -125,9 +133,6 @@ pub(crate) fn convert(
     let raw_text = s(ev, "text").unwrap_or("");
     let tag = format!("<@{}>", me.user_id);
     let mentions_tag = raw_text.contains(&tag);
-    if !is_mention_event && !is_im && mentions_tag {
-        return Intake::Ignore("channel message with a mention: app_mention carries it");
-    }
     let thread_ts = s(ev, "thread_ts");
     let root = thread_ts.unwrap_or(ts);
     let in_thread = thread_ts.is_some_and(|t| t != ts);
@@ -160,7 +165,7 @@ pub(crate) fn convert(
         is_owner: false,
     };
     let mut msg = InboundMessage::text(
-        format!("slack:event:{event_id}"),
+        message_id(channel, ts),
         ChatKey::new("slack", chat_id),
         sender,
         text,

@@ -37,7 +37,7 @@ fn app_mention_starts_a_thread_keyed_by_its_ts() {
                "text": "<@UBOT> hello there", "ts": "100.1"}),
         true,
     );
-    assert_eq!(c.msg.id, "slack:event:Ev1");
+    assert_eq!(c.msg.id, "slack:msg:C1:100.1");
     assert_eq!(c.msg.key.to_string(), "slack:C1:100.1");
     assert_eq!(c.msg.text, "hello there");
     assert!(c.msg.mentions_bot && c.msg.is_group);
@@ -117,17 +117,26 @@ fn subtypes_bots_and_own_messages_are_ignored() {
 }
 
 #[test]
-fn channel_message_with_mention_is_left_to_app_mention() {
-    ignored(
-        json!({"type": "message", "channel_type": "channel", "user": "U1", "channel": "C1",
+fn a_mention_as_message_and_as_app_mention_is_one_message() {
+    // Slack sends both (channels, and where it does, DMs and group DMs), each with its own
+    // event id: one message id, so the gateway keeps one.
+    for ctype in ["channel", "im", "mpim"] {
+        let channel = if ctype == "im" { "D1" } else { "C1" };
+        let message = publish(
+            json!({"type": "message", "channel_type": ctype, "user": "U1",
+                   "channel": channel, "text": "<@UBOT> hi", "ts": "1.0"}),
+            true,
+        );
+        let mention = publish(
+            json!({"type": "app_mention", "user": "U1", "channel": channel,
                    "text": "<@UBOT> hi", "ts": "1.0"}),
-    );
-    // In a DM there is no app_mention, so the message itself counts.
-    publish(
-        json!({"type": "message", "channel_type": "im", "user": "U1", "channel": "D1",
-               "text": "<@UBOT> hi", "ts": "1.0"}),
-        true,
-    );
+            true,
+        );
+        assert_eq!(message.msg.id, mention.msg.id, "{ctype}");
+        assert_eq!(message.msg.id, format!("slack:msg:{channel}:1.0"));
+        assert_eq!(message.msg.text, mention.msg.text);
+        assert!(message.msg.mentions_bot && mention.msg.mentions_bot);
+    }
 }
 
 #[test]
