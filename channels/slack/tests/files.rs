@@ -26,6 +26,17 @@ async fn fetched(run: &common::Running) -> InboundMessage {
     m
 }
 
+/// Deliver `ev` through the Events API endpoint, signed; the HTTP status.
+async fn deliver(run: &common::Running, id: &str, ev: serde_json::Value) -> u16 {
+    let body = events::event_callback_body(id, ev);
+    let hdrs = events::signed_headers(SECRET, &events::now_timestamp(), &body);
+    let (status, _, _) = run
+        .channel
+        .handle_events_request(&hdrs, body.as_bytes())
+        .await;
+    status
+}
+
 /// Names of the files in `dir`, sorted.
 fn listing(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -130,13 +141,7 @@ async fn a_redirect_to_another_host_does_not_carry_the_token() {
         "U1",
         &[("a.png", "image/png", 3, &a), ("b.png", "image/png", 3, &b)],
     );
-    let body = events::event_callback_body("EvF3", ev);
-    let hdrs = events::signed_headers(SECRET, &events::now_timestamp(), &body);
-    let (status, _, _) = run
-        .channel
-        .handle_events_request(&hdrs, body.as_bytes())
-        .await;
-    assert_eq!(status, 200);
+    assert_eq!(deliver(&run, "EvF3", ev).await, 200);
     let m = &fetched(&run).await;
     assert_eq!(m.attachments.len(), 1, "{m:?}");
     assert_eq!(std::fs::read(&m.attachments[0].location).unwrap(), b"PNG");
@@ -167,13 +172,7 @@ async fn a_file_url_off_slack_is_not_sent_the_token() {
     run.sink.wait_for_connected(true).await;
     let url = elsewhere.add_public_file("doc/plan.pdf", "application/pdf", b"PDF");
     let ev = file_share("U1", &[("plan.pdf", "application/pdf", 3, &url)]);
-    let body = events::event_callback_body("EvF9", ev);
-    let hdrs = events::signed_headers(SECRET, &events::now_timestamp(), &body);
-    let (status, _, _) = run
-        .channel
-        .handle_events_request(&hdrs, body.as_bytes())
-        .await;
-    assert_eq!(status, 200);
+    assert_eq!(deliver(&run, "EvF9", ev).await, 200);
     let m = &fetched(&run).await;
     assert!(m.attachments.is_empty(), "{m:?}");
     assert!(
