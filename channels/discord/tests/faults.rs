@@ -190,7 +190,7 @@ async fn a_shutdown_during_a_slow_token_check_is_not_held_up() {
         let (rec, shutdown) = (rec.clone(), shutdown.clone());
         async move { ch.run(InboundSender::new(rec), shutdown).await }
     });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(fake.wait_for_token_checks(1, common::WAIT).await);
     shutdown.cancel();
     let res = tokio::time::timeout(std::time::Duration::from_secs(2), run)
         .await

@@ -270,6 +270,8 @@ pub(crate) struct State {
     pub(crate) intents_disallowed: bool,
     /// `GET /users/@me` answers after this long (a slow API).
     pub(crate) me_delay: Option<Duration>,
+    /// `GET /users/@me` requests received.
+    pub(crate) me_calls: usize,
     pub(crate) cdn: cdn::Cdn,
 }
 
@@ -582,6 +584,11 @@ impl FakeDiscord {
     /// Wait until at least `n` typing calls were recorded.
     pub async fn wait_for_typing(&self, n: usize, timeout: Duration) -> bool {
         self.wait(timeout, |s| s.typing.len() >= n).await
+    }
+
+    /// Wait until at least `n` token checks (`GET /users/@me`) arrived.
+    pub async fn wait_for_token_checks(&self, n: usize, timeout: Duration) -> bool {
+        self.wait(timeout, |s| s.me_calls >= n).await
     }
 
     /// Wait until at least `n` IDENTIFYs were received.

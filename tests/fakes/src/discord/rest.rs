@@ -66,7 +66,12 @@ async fn gateway_bot(AxState(shared): S, headers: HeaderMap) -> Response {
 }
 
 async fn me(AxState(shared): S, headers: HeaderMap) -> Response {
-    let delay = shared.lock().me_delay;
+    let delay = {
+        let mut st = shared.lock();
+        st.me_calls += 1;
+        st.me_delay
+    };
+    shared.bump();
     if let Some(d) = delay {
         tokio::time::sleep(d).await;
     }
