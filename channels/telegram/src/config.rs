@@ -34,7 +34,7 @@ pub struct TelegramConfig {
     /// Attempts per message chunk before `send` gives up (429, 5xx, network).
     pub send_attempts: u32,
     /// Longest `retry_after` waited inside `send`; a longer one is returned to the caller
-    /// as `SendError::RetryAfter` (when nothing of the message was delivered yet).
+    /// as `SendError::RetryAfter` (a retry of the reply goes on from the refused chunk).
     pub max_inline_retry_after: Duration,
 }
 

@@ -261,8 +261,7 @@ impl Sender<'_> {
         progress: &mut Progress,
     ) -> Result<(), SendError> {
         if progress.parts == 0 {
-            let first = progress.ids.is_empty();
-            match self.post(target, &chunk.html, true, reply_to, first).await {
+            match self.post(target, &chunk.html, true, reply_to).await {
                 Ok(id) => {
                     progress.ids.push(id.to_string());
                     return Ok(());
@@ -276,8 +275,7 @@ impl Sender<'_> {
         }
         for (j, part) in chunk.plain.iter().enumerate().skip(progress.parts) {
             let reply = if j == 0 { reply_to } else { None };
-            let first = progress.ids.is_empty();
-            match self.post(target, part, false, reply, first).await {
+            match self.post(target, part, false, reply).await {
                 Ok(id) => {
                     progress.ids.push(id.to_string());
                     progress.parts += 1;
@@ -288,8 +286,9 @@ impl Sender<'_> {
         Ok(())
     }
 
-    /// `sendMessage` with retries: 429s waited out (a long one handed back to the outbox
-    /// while nothing of the reply is out yet, `first`), other transient failures backed off,
+    /// `sendMessage` with retries: 429s waited out (a long one handed back to the outbox,
+    /// which waits, bounded and heeding shutdown, and retries the reply from the chunk that
+    /// was refused: the ones before are remembered), other transient failures backed off,
     /// up to `attempts`.
     async fn post(
         &self,
@@ -297,7 +296,6 @@ impl Sender<'_> {
         text: &str,
         html: bool,
         reply_to: Option<i32>,
-        first: bool,
     ) -> Result<i32, PostError> {
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
         let (mut attempt, mut migrated) = (0, false);
@@ -339,7 +337,7 @@ impl Sender<'_> {
             }
             let failure = classify(&err);
             let wait = match &failure {
-                Failure::RetryAfter(d) if first && *d > self.max_inline_retry_after => {
+                Failure::RetryAfter(d) if *d > self.max_inline_retry_after => {
                     return Err(PostError::Failed(failure.into_send_error()));
                 }
                 Failure::RetryAfter(d) => *d,

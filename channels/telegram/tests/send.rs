@@ -254,6 +254,33 @@ async fn a_reply_that_failed_part_way_resumes_without_resending() {
     assert_eq!(receipt.message_ids, ids);
 }
 
+/// A long `retry_after` in the middle of a reply goes back to the outbox at once (which
+/// waits, bounded and heeding shutdown) instead of being waited out inside the send; its
+/// retry goes on from the refused chunk.
+#[tokio::test]
+async fn a_long_retry_after_mid_reply_is_handed_back_and_the_retry_goes_on() {
+    let h = Harness::start().await;
+    let paragraph = |p: char| {
+        (0..500)
+            .map(|w| format!("{p}{w:04}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let text = ['a', 'b'].map(paragraph).join("\n\n");
+    let mut msg = OutboundMessage::new(key("telegram:5001"), &text);
+    msg.delivery = Some(7);
+    h.fake.pass_sends(1);
+    h.fake.fail_sends_with_retry_after(1, 3600);
+    let t0 = Instant::now();
+    let err = h.channel.send(&msg).await.unwrap_err();
+    assert_eq!(err, SendError::RetryAfter(Duration::from_secs(3600)));
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(h.fake.sent().len(), 1);
+    h.channel.send(&msg).await.expect("the rest is sent");
+    let texts: Vec<String> = h.fake.sent().into_iter().map(|m| m.text).collect();
+    assert_eq!(texts, [paragraph('a'), paragraph('b')]);
+}
+
 /// What was sent of a reply that failed part-way belongs to that reply (its outbox delivery),
 /// not to its text: the same long text sent again later (a daily reminder) goes out whole.
 #[tokio::test]
