@@ -186,6 +186,26 @@ pub(crate) fn convert(
         meta.insert("team_id".into(), json!(team));
     }
     msg.metadata = meta;
+    let mut files = Vec::new();
+    for f in ev
+        .get("files")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match FileRef::from_event(f) {
+            Some(file) => files.push(file),
+            // A file from another organisation (Slack Connect) comes without a link
+            // (`file_access: check_file_info`): said, rather than dropped without a word.
+            None => {
+                let name = s(f, "name").unwrap_or("(unnamed)");
+                msg.text.push_str(&format!(
+                    "\n[file {name} not downloaded: Slack gave no link to it (a file from \
+                     another organisation); ask for it to be shared here]"
+                ));
+            }
+        }
+    }
     msg.truncate_oversized();
     let joined_thread = (!is_im && mentions_bot).then(|| (channel.to_string(), root.to_string()));
     Intake::Publish(Box::new(Converted {
@@ -193,11 +213,7 @@ pub(crate) fn convert(
         channel: channel.to_string(),
         ts: ts.to_string(),
         joined_thread,
-        files: ev
-            .get("files")
-            .and_then(Value::as_array)
-            .map(|fs| fs.iter().filter_map(FileRef::from_event).collect())
-            .unwrap_or_default(),
+        files,
     }))
 }
 

@@ -147,8 +147,15 @@ fn files_are_listed_for_download() {
                "files": [{"id": "F1", "name": "cat.png", "mimetype": "image/png", "size": 1234,
                           "url_private": "https://files.slack.com/cat.png"},
                          {"id": "F2", "name": "a.pdf", "mimetype": "application/pdf",
-                          "url_private": "https://files.slack.com/a.pdf"}]}),
+                          "url_private": "https://files.slack.com/a.pdf"},
+                         {"id": "F3", "name": "plan.key", "file_access": "check_file_info"}]}),
         true,
+    );
+    // A Slack Connect file has no link: named in the text, not dropped without a word.
+    assert_eq!(
+        c.msg.text,
+        "look\n[file plan.key not downloaded: Slack gave no link to it (a file from another \
+         organisation); ask for it to be shared here]"
     );
     // Attachments are local files only: the URLs wait for the download.
     assert!(c.msg.attachments.is_empty());
