@@ -211,7 +211,11 @@ impl Agent {
         drop(progress);
         let mut writes = Batch::default();
         if self.heartbeat_may_go_to(last) {
-            writes.put(Tree::Meta, "last_active", key.to_string());
+            writes.put(
+                Tree::Meta,
+                crate::scheduler::heartbeat::LAST_ACTIVE,
+                key.to_string(),
+            );
         }
         // A turn that used tools may have done its work (a `message` sent) and say nothing.
         let used_tools = state.produced.iter().any(|m| !m.tool_calls.is_empty());

@@ -14,10 +14,8 @@ use crate::bus::Bus;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pairing;
+use crate::scheduler::heartbeat::LAST_ACTIVE;
 use crate::store::{Batch, Tree};
-
-/// `Tree::Meta` key of the chat last written in (the heartbeat's `last` target).
-const LAST_ACTIVE: &[u8] = b"last_active";
 
 /// The gateway side of intake: access policy and pairing, then the bus.
 pub struct GatewaySink {

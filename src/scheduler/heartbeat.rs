@@ -165,6 +165,10 @@ fn first_tick(last: Option<Duration>, now: Duration, every: Duration) -> Duratio
     }
 }
 
+/// `Tree::Meta` key of the chat the heartbeat's `last` target names: written by each turn
+/// that counts (see `agent::turn`), moved with its chat.
+pub const LAST_ACTIVE: &[u8] = b"last_active";
+
 /// `Tree::Meta` key of the last tick's wall-clock time (ms since the epoch, big-endian u128).
 const LAST_TICK: &[u8] = b"heartbeat_last_tick";
 
@@ -293,7 +297,7 @@ impl Heartbeat {
     fn target(&self) -> Option<ChatKey> {
         let target = self.config.heartbeat.target.trim();
         let key: ChatKey = if target == "last" {
-            let raw = self.store.get(Tree::Meta, b"last_active").ok()??;
+            let raw = self.store.get(Tree::Meta, LAST_ACTIVE).ok()??;
             let key: ChatKey = String::from_utf8(raw).ok()?.parse().ok()?;
             // Recorded by an older version: a beat there would reach nobody.
             (!crate::channels::answers_only(&key)).then_some(key)?
