@@ -186,13 +186,7 @@ impl Scheduler {
                 id,
                 "skipping a run missed while the gateway was down: {why}"
             );
-            let run = Run {
-                at: now,
-                due,
-                outcome: Outcome::Skipped,
-                error: Some(why.into()),
-            };
-            return Prepared::Skipped(job, due, run);
+            return Prepared::Skipped(job, due, Run::skipped(now, due, why));
         }
         if let Some(run) = self.refused(&job, due, now) {
             return Prepared::Skipped(job, due, run);
@@ -205,13 +199,7 @@ impl Scheduler {
         if job.schedule.is_recurring() && !self.bus.as_ref().is_some_and(served) {
             let why = format!("the {} channel is not running", job.key.channel);
             tracing::info!(id, "skipping a run: {why}");
-            let run = Run {
-                at: now,
-                due,
-                outcome: Outcome::Skipped,
-                error: Some(why),
-            };
-            return Prepared::Skipped(job, due, run);
+            return Prepared::Skipped(job, due, Run::skipped(now, due, why));
         }
         match job.delivery {
             Delivery::Agent => Prepared::Agent(job, due),
@@ -230,12 +218,7 @@ impl Scheduler {
                 Ok(false) => {
                     let error = format!("{setter}, who set it, no longer has access");
                     tracing::info!(id = %job.id, "not firing: {error}");
-                    return Some(Run {
-                        at: now,
-                        due,
-                        outcome: Outcome::Skipped,
-                        error: Some(error),
-                    });
+                    return Some(Run::skipped(now, due, error));
                 }
                 Err(e) => {
                     tracing::error!(id = %job.id, "not firing: cannot check access: {e}");

@@ -169,7 +169,7 @@ fn first_tick(last: Option<Duration>, now: Duration, every: Duration) -> Duratio
 /// that counts (see `agent::turn`), moved with its chat.
 pub const LAST_ACTIVE: &[u8] = b"last_active";
 
-/// `Tree::Meta` key of the last tick's wall-clock time (ms since the epoch, big-endian u128).
+/// `Tree::Meta` key of the last tick's wall-clock time (ms since the epoch, big-endian u64).
 const LAST_TICK: &[u8] = b"heartbeat_last_tick";
 
 /// The heartbeat producer.
@@ -220,15 +220,15 @@ impl Heartbeat {
             .max(Duration::from_secs(1));
         // The schedule goes on from the last tick of an earlier run: with restarts more
         // often than the interval (a nightly reboot, a daily one), it would never beat.
-        let first = first_tick(self.last_tick(), self.wall_ms(), every);
+        let first = first_tick(self.last_tick(), self.since_epoch(), every);
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = ticks.tick() => {
-                    let now = self.wall_ms();
-                    if let Err(e) = self.store.put(Tree::Meta, LAST_TICK, &now.as_millis().to_be_bytes()) {
+                    let now = self.since_epoch().as_millis() as u64;
+                    if let Err(e) = self.store.put(Tree::Meta, LAST_TICK, &now.to_be_bytes()) {
                         tracing::warn!("heartbeat: cannot note its tick: {e}");
                     }
                     let beat = self.beat().await;
@@ -239,15 +239,15 @@ impl Heartbeat {
     }
 
     /// The wall clock, as time since the Unix epoch.
-    fn wall_ms(&self) -> Duration {
+    fn since_epoch(&self) -> Duration {
         Duration::from_millis(self.clock.now().timestamp_millis().max(0) as u64)
     }
 
     /// When an earlier run last ticked (since the Unix epoch).
     fn last_tick(&self) -> Option<Duration> {
         let raw = self.store.get(Tree::Meta, LAST_TICK).ok()??;
-        let ms = u128::from_be_bytes(raw.as_slice().try_into().ok()?);
-        Some(Duration::from_millis(u64::try_from(ms).ok()?))
+        let ms = u64::from_be_bytes(raw.as_slice().try_into().ok()?);
+        Some(Duration::from_millis(ms))
     }
 
     /// One tick: check hours, the file and the target, then publish at most one message.

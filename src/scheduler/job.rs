@@ -60,6 +60,18 @@ pub struct Run {
     pub error: Option<String>,
 }
 
+impl Run {
+    /// A run due at `due` that was not made, and why.
+    pub fn skipped(at: DateTime<Utc>, due: DateTime<Utc>, why: impl Into<String>) -> Self {
+        Self {
+            at,
+            due,
+            outcome: Outcome::Skipped,
+            error: Some(why.into()),
+        }
+    }
+}
+
 /// A scheduled job, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {

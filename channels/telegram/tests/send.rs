@@ -13,6 +13,14 @@ fn key(s: &str) -> ChatKey {
     s.parse().expect("key")
 }
 
+/// 500 words starting with `p`: about 2 500 characters, so two make a reply of two chunks.
+fn paragraph(p: char) -> String {
+    (0..500)
+        .map(|w| format!("{p}{w:04}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[tokio::test]
 async fn dm_reply_goes_out_as_html() {
     let h = Harness::start().await;
@@ -220,12 +228,6 @@ async fn network_errors_are_transient_and_never_carry_the_token() {
 async fn a_reply_that_failed_part_way_resumes_without_resending() {
     // Two attempts per chunk; teloxide waits 10 s after each 5xx before returning it.
     let h = Harness::start_with(|_| {}, |cfg| cfg.send_attempts = 2).await;
-    let paragraph = |p: char| {
-        (0..500)
-            .map(|w| format!("{p}{w:04}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     let text = ['a', 'b', 'c'].map(paragraph).join("\n\n");
     let mut msg = OutboundMessage::new(key("telegram:-100200"), &text);
     msg.reply_to = Some("55".into());
@@ -260,12 +262,6 @@ async fn a_reply_that_failed_part_way_resumes_without_resending() {
 #[tokio::test]
 async fn a_long_retry_after_mid_reply_is_handed_back_and_the_retry_goes_on() {
     let h = Harness::start().await;
-    let paragraph = |p: char| {
-        (0..500)
-            .map(|w| format!("{p}{w:04}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     let text = ['a', 'b'].map(paragraph).join("\n\n");
     let mut msg = OutboundMessage::new(key("telegram:5001"), &text);
     msg.delivery = Some(7);
@@ -286,12 +282,6 @@ async fn a_long_retry_after_mid_reply_is_handed_back_and_the_retry_goes_on() {
 #[tokio::test]
 async fn an_equal_reply_after_one_that_failed_part_way_is_sent_whole() {
     let h = Harness::start().await;
-    let paragraph = |p: char| {
-        (0..500)
-            .map(|w| format!("{p}{w:04}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     let text = ['a', 'b'].map(paragraph).join("\n\n");
     let mut monday = OutboundMessage::new(key("telegram:5001"), &text);
     monday.delivery = Some(1);
