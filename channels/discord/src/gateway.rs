@@ -1,142 +1,39 @@
 //! The gateway connection's life cycle: preflight (token, gateway URL), a serenity client
-//! per attempt, a watchdog that restarts a client gone quiet, backoff, and prompt shutdown.
+//! per attempt (on its own thread, see `client`), a watchdog that restarts a client gone quiet
+//! or stuck, backoff, and prompt shutdown.
 //!
 //! serenity reconnects and resumes on its own after an I/O error, but a shard runner that
 //! hits any other websocket error (an EOF without a close frame, for one) ends silently and
 //! the bot goes deaf. The watchdog notices: no dispatch and no heartbeat ACK (seen as a
 //! change of the runner's latency) for `stall_timeout` → the client is shut down and a new
-//! one started with backoff.
+//! one started with backoff. A runner left `Connecting` (its RESUME could not connect) is
+//! spinning over a dead socket (see `client`): the watchdog stops it at once and starts a
+//! new session, and what was sent meanwhile is fetched (`backfill`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serenity::all::{
-    ClientBuilder, Context, EventHandler, GatewayError, GatewayIntents, HttpBuilder, Message,
-    RawEventHandler, Ready, ResumedEvent, ShardStageUpdateEvent,
-};
+use serenity::all::{ClientBuilder, GatewayError, GatewayIntents, HttpBuilder};
 use serenity::cache::Settings as CacheSettings;
 use serenity::gateway::ConnectionStage;
-use serenity::model::event::Event;
-use serenity::model::id::{RoleId, UserId};
 use switchboard_channel::{ChannelError, InboundSender, redact};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::DiscordConfig;
-use crate::intake;
-use crate::order::Order;
+use crate::backfill::Recent;
+use crate::client::ClientThread;
+use crate::handler::{Activity, Handler, HandlerState, NAME};
 use crate::rest::{Rest, RestError};
 
-const NAME: &str = "discord";
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// What the event handlers share with the watchdog.
-struct HandlerState {
-    inbound: InboundSender,
-    /// Publish order per channel, taken from the shard runner (handlers run concurrently).
-    order: Order,
-    bot_id: AtomicU64,
-    last_activity: Mutex<Instant>,
-    ready_seen: AtomicBool,
-}
-
-impl HandlerState {
-    fn touch(&self) {
-        *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    }
-
-    fn idle(&self) -> Duration {
-        self.last_activity
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-    }
-
-    fn bot_id(&self) -> UserId {
-        UserId::new(self.bot_id.load(Ordering::Relaxed).max(1))
-    }
-}
-
-struct Handler(Arc<HandlerState>);
-
-#[serenity::async_trait]
-impl EventHandler for Handler {
-    async fn ready(&self, ctx: Context, ready: Ready) {
-        // A new session means a new shard runner: hook it before its messages are handled.
-        self.0.order.attach(&ctx.shard);
-        self.0.bot_id.store(ready.user.id.get(), Ordering::Relaxed);
-        self.0.ready_seen.store(true, Ordering::Relaxed);
-        self.0.touch();
-        tracing::info!(bot = %ready.user.name, "discord: connected (READY)");
-        self.0.inbound.set_connected(NAME, true, "ready");
-    }
-
-    async fn resume(&self, _ctx: Context, _: ResumedEvent) {
-        self.0.touch();
-        tracing::info!("discord: session resumed");
-        self.0.inbound.set_connected(NAME, true, "resumed");
-    }
-
-    async fn shard_stage_update(&self, _ctx: Context, ev: ShardStageUpdateEvent) {
-        if ev.new != ConnectionStage::Connected {
-            let detail = format!("gateway {}", ev.new);
-            self.0.inbound.set_connected(NAME, false, &detail);
-        }
-    }
-
-    async fn message(&self, ctx: Context, msg: Message) {
-        self.0.touch();
-        // Held until published (retries included), so a later message of the channel, whose
-        // handler may well have started first, cannot overtake this one.
-        let _turn = self.0.order.turn(msg.channel_id, msg.id).await;
-        let bot_id = self.0.bot_id();
-        if !intake::wanted(&msg, bot_id) {
-            return;
-        }
-        let bot_role = msg.guild_id.and_then(|g| bot_role(&ctx, g, bot_id));
-        let inbound = intake::to_inbound(&msg, bot_id, bot_role);
-        publish(&self.0.inbound, inbound).await;
-    }
-}
-
-/// The bot's managed role in a guild, when the cache knows the guild.
-fn bot_role(ctx: &Context, guild: serenity::model::id::GuildId, bot_id: UserId) -> Option<RoleId> {
-    let g = ctx.cache.guild(guild)?;
-    g.roles
-        .values()
-        .find(|r| r.tags.bot_id == Some(bot_id))
-        .map(|r| r.id)
-}
-
-/// Publish with a few retries: the gateway does not redeliver, so a failed publish is retried
-/// here before the message is given up (and logged).
-async fn publish(inbound: &InboundSender, msg: switchboard_channel::InboundMessage) {
-    for attempt in 0..5u32 {
-        match inbound.publish(msg.clone()).await {
-            Ok(p) => {
-                tracing::debug!(id = %msg.id, outcome = ?p, "discord: published");
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(id = %msg.id, error = %e, attempt, "discord: publish failed");
-                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-            }
-        }
-    }
-    tracing::error!(id = %msg.id, "discord: message dropped, the bus refused it 5 times");
-}
-
-struct Activity(Arc<HandlerState>);
-
-#[serenity::async_trait]
-impl RawEventHandler for Activity {
-    async fn raw_event(&self, _ctx: Context, _ev: Event) {
-        self.0.touch();
-    }
-}
+/// A runner `Connecting` this long is the spinning one (a live connect shows as `Handshake`
+/// or later by the time the manager hears of it).
+const STUCK_CONNECTING: Duration = Duration::from_secs(2);
+/// The watchdog looks at least this often.
+const CHECK_MAX: Duration = Duration::from_secs(1);
 
 /// How one client's life ended.
 enum Outcome {
@@ -159,6 +56,7 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), ChannelError> {
     let mut backoff = BACKOFF_MIN;
+    let recent = Arc::new(Recent::default());
     loop {
         // A slow or unreachable API must not hold up a shutdown.
         let checked = tokio::select! {
@@ -169,7 +67,16 @@ pub(crate) async fn run(
             checked = preflight(cfg, rest) => checked,
         };
         let outcome = match checked {
-            Ok(bot_id) => run_client(cfg, rest, &inbound, &shutdown, bot_id).await,
+            Ok(bot_id) => {
+                let state = HandlerState::new(
+                    inbound.clone(),
+                    bot_id,
+                    recent.clone(),
+                    rest.clone(),
+                    tokio::runtime::Handle::current(),
+                );
+                run_client(cfg, rest, Arc::new(state), &shutdown).await
+            }
             Err(RestError::Unauthorized) => Outcome::Unauthorized(
                 "discord: the bot token was refused (HTTP 401 on /users/@me); check token_env"
                     .into(),
@@ -251,9 +158,8 @@ async fn preflight(cfg: &DiscordConfig, rest: &Rest) -> Result<u64, RestError> {
 async fn run_client(
     cfg: &DiscordConfig,
     rest: &Rest,
-    inbound: &InboundSender,
+    state: Arc<HandlerState>,
     shutdown: &CancellationToken,
-    bot_id: u64,
 ) -> Outcome {
     let http = if cfg.is_discord() {
         HttpBuilder::new(rest.token()).build()
@@ -268,58 +174,63 @@ async fn run_client(
         | GatewayIntents::DIRECT_MESSAGES
         | GatewayIntents::MESSAGE_CONTENT
         | GatewayIntents::GUILDS;
-    let state = Arc::new(HandlerState {
-        inbound: inbound.clone(),
-        order: Order::default(),
-        bot_id: AtomicU64::new(bot_id),
-        last_activity: Mutex::new(Instant::now()),
-        ready_seen: AtomicBool::new(false),
-    });
     let mut cache = CacheSettings::default();
     cache.cache_users = false;
     cache.max_messages = 0;
-    let built = ClientBuilder::new_with_http(http, intents)
+    let builder = ClientBuilder::new_with_http(http, intents)
         .cache_settings(cache)
         .event_handler(Handler(state.clone()))
-        .raw_event_handler(Activity(state.clone()))
-        .await;
-    let mut client = match built {
+        .raw_event_handler(Activity(state.clone()));
+    let mut client = match ClientThread::start(builder).await {
         Ok(c) => c,
-        Err(e) => {
+        Err(reason) => {
             return Outcome::Restart {
-                reason: format!("discord: client: {e}"),
+                reason,
                 was_ready: false,
             };
         }
     };
-    let manager = client.shard_manager.clone();
-    let mut task = tokio::spawn(async move { client.start().await });
-    let check_every = (cfg.stall_timeout / 4).max(Duration::from_millis(100));
+    let check_every = (cfg.stall_timeout / 4).clamp(Duration::from_millis(100), CHECK_MAX);
     let mut tick = tokio::time::interval(check_every);
     let mut last_latency = None;
+    let mut connecting_since: Option<Instant> = None;
     state.touch();
     let outcome = loop {
         tokio::select! {
             _ = shutdown.cancelled() => break Outcome::Shutdown,
-            res = &mut task => {
+            res = client.ended() => {
                 let was_ready = state.ready_seen.load(Ordering::Relaxed);
                 break match res {
-                    Ok(Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication))) => {
+                    Some(Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication))) => {
                         Outcome::Unauthorized("discord: the gateway refused the bot token (close code 4004)".into())
                     }
-                    Ok(Err(serenity::Error::Gateway(e))) if refused_setup(&e).is_some() => {
+                    Some(Err(serenity::Error::Gateway(e))) if refused_setup(&e).is_some() => {
                         Outcome::Refused(refused_setup(&e).unwrap_or_default())
                     }
-                    Ok(Err(e)) => Outcome::Restart { reason: format!("discord: client stopped: {e}"), was_ready },
-                    Ok(Ok(())) => Outcome::Restart { reason: "discord: client stopped".into(), was_ready },
-                    Err(e) => Outcome::Restart { reason: format!("discord: client task failed: {e}"), was_ready },
+                    Some(Err(e)) => Outcome::Restart { reason: format!("discord: client stopped: {e}"), was_ready },
+                    Some(Ok(())) => Outcome::Restart { reason: "discord: client stopped".into(), was_ready },
+                    None => Outcome::Restart { reason: "discord: the client thread ended".into(), was_ready },
                 };
             }
             _ = tick.tick() => {
-                let latency = manager.runners.lock().await.values().next().and_then(|r| r.latency);
+                let runner = client.runner().await;
+                let latency = runner.as_ref().and_then(|r| r.latency);
                 if latency != last_latency {
                     last_latency = latency;
                     state.touch();
+                }
+                let connecting = runner.is_some_and(|r| r.stage == ConnectionStage::Connecting);
+                let since = match (connecting, connecting_since) {
+                    (false, _) => None,
+                    (true, None) => Some(Instant::now()),
+                    (true, Some(t)) => Some(t),
+                };
+                connecting_since = since;
+                if since.is_some_and(|t| t.elapsed() >= STUCK_CONNECTING) {
+                    break Outcome::Restart {
+                        reason: "discord: the connection dropped and could not be resumed; starting a new session".into(),
+                        was_ready: state.ready_seen.load(Ordering::Relaxed),
+                    };
                 }
                 let idle = state.idle();
                 if idle > cfg.stall_timeout {
@@ -331,13 +242,7 @@ async fn run_client(
             }
         }
     };
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, manager.shutdown_all()).await;
-    if !task.is_finished()
-        && tokio::time::timeout(SHUTDOWN_GRACE, &mut task)
-            .await
-            .is_err()
-    {
-        task.abort();
-    }
+    // A shutdown says goodbye to Discord; a client being replaced is just dropped.
+    client.stop(matches!(outcome, Outcome::Shutdown)).await;
     outcome
 }

@@ -3,7 +3,12 @@
 //! - [`DiscordChannel`] implements [`switchboard_channel::Channel`]: `run` keeps a gateway
 //!   connection up, `send` posts replies, `typing` shows the indicator.
 //! - `gateway`: the serenity client's life cycle: preflight checks (token, gateway URL),
-//!   start, a watchdog that restarts a stalled client with backoff, prompt shutdown.
+//!   start, a watchdog that restarts a stalled or stuck client with backoff, prompt shutdown.
+//! - `client`: the serenity client on a thread and runtime of its own, and the way out of
+//!   serenity's spins over a dead socket.
+//! - `handler`: serenity's event handlers (READY, RESUMED, `MESSAGE_CREATE`).
+//! - `backfill`: after a new session (a resume that failed), the messages sent meanwhile are
+//!   fetched over REST and handled as if the gateway had sent them.
 //! - `intake`: `MESSAGE_CREATE` → [`switchboard_channel::InboundMessage`] (mentions,
 //!   replies, attachments), published through the gateway's `InboundSender`.
 //! - `files`: attached files downloaded into the workspace inbox when the gateway asks
@@ -16,8 +21,11 @@
 //! - `send`: rendering and chunking through `switchboard_channel::format`, replies, safe
 //!   `allowed_mentions`, retries without ever posting a delivered chunk twice.
 
+mod backfill;
+mod client;
 mod files;
 mod gateway;
+mod handler;
 mod intake;
 mod order;
 mod rest;

@@ -39,6 +39,30 @@ struct Tail {
     in_line: usize,
 }
 
+impl Lines {
+    /// A new place at the end of `channel`'s line.
+    fn join(&mut self, channel: ChannelId) -> Place {
+        let (done, last_done) = oneshot::channel();
+        let after = match self.tails.get_mut(&channel) {
+            Some(tail) => {
+                tail.in_line += 1;
+                Some(std::mem::replace(&mut tail.last_done, last_done))
+            }
+            None => {
+                self.tails.insert(
+                    channel,
+                    Tail {
+                        last_done,
+                        in_line: 1,
+                    },
+                );
+                None
+            }
+        };
+        Place { after, done }
+    }
+}
+
 impl Order {
     fn lines(&self) -> std::sync::MutexGuard<'_, Lines> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
@@ -62,24 +86,23 @@ impl Order {
         if lines.places.contains_key(&id) {
             return;
         }
-        let (done, last_done) = oneshot::channel();
-        let after = match lines.tails.get_mut(&channel) {
-            Some(tail) => {
-                tail.in_line += 1;
-                Some(std::mem::replace(&mut tail.last_done, last_done))
-            }
-            None => {
-                lines.tails.insert(
-                    channel,
-                    Tail {
-                        last_done,
-                        in_line: 1,
-                    },
-                );
-                None
-            }
-        };
-        lines.places.insert(id, Place { after, done });
+        let place = lines.join(channel);
+        lines.places.insert(id, place);
+    }
+
+    /// Take a place at the end of `channel`'s line now, for work that is not a gateway
+    /// message (the messages fetched after a lost session): messages the gateway sends from
+    /// now on wait for it. [`Reserved::wait`] waits for the messages before it.
+    pub(crate) fn reserve(&self, channel: ChannelId) -> Reserved {
+        let place = self.lines().join(channel);
+        Reserved {
+            after: place.after,
+            turn: Turn {
+                order: self.clone(),
+                channel,
+                done: Some(place.done),
+            },
+        }
     }
 
     /// Wait until the messages the gateway sent before `id` in `channel` are done; this one
@@ -101,6 +124,22 @@ impl Order {
             let _ = after.await;
         }
         turn
+    }
+}
+
+/// A place taken by [`Order::reserve`].
+pub(crate) struct Reserved {
+    after: Option<oneshot::Receiver<()>>,
+    turn: Turn,
+}
+
+impl Reserved {
+    /// Wait until the work before this place in its channel is done.
+    pub(crate) async fn wait(self) -> Turn {
+        if let Some(after) = self.after {
+            let _ = after.await;
+        }
+        self.turn
     }
 }
 
@@ -154,6 +193,29 @@ mod tests {
         let earlier = order.turn(chan, first).await;
         drop(earlier);
         drop(later.await);
+        assert!(order.lines().tails.is_empty() && order.lines().places.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_reserved_place_holds_later_messages_and_waits_for_earlier_ones() {
+        let order = Order::default();
+        let (chan, first) = ids(1);
+        let (_, later) = ids(2);
+        order.enqueue(chan, first);
+        let reserved = order.reserve(chan);
+        order.enqueue(chan, later);
+
+        let mut held = Box::pin(reserved.wait());
+        assert!((&mut held).now_or_never().is_none(), "waits for the first");
+        drop(order.turn(chan, first).await);
+        let turn = held.await;
+        let mut next = Box::pin(order.turn(chan, later));
+        assert!(
+            (&mut next).now_or_never().is_none(),
+            "held by the reservation"
+        );
+        drop(turn);
+        drop(next.await);
         assert!(order.lines().tails.is_empty() && order.lines().places.is_empty());
     }
 

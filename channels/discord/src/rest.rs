@@ -41,6 +41,7 @@ impl RestError {
 }
 
 /// A minimal Discord REST client bound to one token and one base URL.
+#[derive(Clone)]
 pub(crate) struct Rest {
     client: reqwest::Client,
     /// `{api_url}/api/v10`.
@@ -164,6 +165,24 @@ impl Rest {
             .as_str()
             .map(str::to_string)
             .ok_or_else(|| RestError::Decode("message post answered without an id".into()))
+    }
+
+    /// `GET /channels/{id}/messages?after=…&limit=100`: the first messages after `after`, in
+    /// the order they were sent (Discord answers newest first).
+    pub(crate) async fn messages_after(
+        &self,
+        channel_id: u64,
+        after: u64,
+    ) -> Result<Vec<serenity::model::channel::Message>, RestError> {
+        let path = format!("/channels/{channel_id}/messages?after={after}&limit=100");
+        let v = self
+            .call(reqwest::Method::GET, &path, None, true)
+            .await?
+            .unwrap_or_default();
+        let mut msgs: Vec<serenity::model::channel::Message> =
+            serde_json::from_value(v).map_err(|e| RestError::Decode(format!("messages: {e}")))?;
+        msgs.sort_by_key(|m| m.id);
+        Ok(msgs)
     }
 
     /// `POST /channels/{id}/typing`.

@@ -110,10 +110,29 @@ pub(crate) struct State {
     pub(crate) me_delay: Option<Duration>,
     /// `GET /users/@me` requests received.
     pub(crate) me_calls: usize,
+    /// Every message of each channel, oldest first, as REST returns it (no `guild_id` or
+    /// `member`): what `GET /channels/{id}/messages` answers from.
+    pub(crate) history: HashMap<u64, Vec<Value>>,
+    /// `GET /channels/{id}/messages` requests: (channel, query string).
+    pub(crate) history_reads: Vec<(u64, String)>,
+    /// New gateway connections are reset before the websocket handshake.
+    pub(crate) refuse_new: bool,
+    /// Connections reset that way.
+    pub(crate) refused: usize,
     pub(crate) cdn: cdn::Cdn,
 }
 
 impl State {
+    /// Keep `msg` (a message object) in its channel's history, as REST shows it.
+    pub(crate) fn remember(&mut self, channel_id: u64, msg: &Value) {
+        let mut rest = msg.clone();
+        if let Some(m) = rest.as_object_mut() {
+            m.remove("guild_id");
+            m.remove("member");
+        }
+        self.history.entry(channel_id).or_default().push(rest);
+    }
+
     pub(crate) fn new_id(&mut self) -> u64 {
         self.next_id += 1;
         1_000_000_000_000_000_000 + self.next_id
@@ -306,7 +325,32 @@ impl FakeDiscord {
                 }
             },
         );
+        st.remember(msg.channel_id, &d);
         st.dispatch("MESSAGE_CREATE", d);
+        drop(st);
+        self.shared.bump();
+        id
+    }
+
+    /// `msg` is sent to Discord but its MESSAGE_CREATE never reaches the bot (sent while no
+    /// session was up): only `GET /channels/{id}/messages` shows it. Returns its id.
+    pub fn push_unseen_message(&self, msg: IncomingMessage) -> u64 {
+        let mut st = self.shared.lock();
+        let id = st.new_id();
+        let d = message_json(
+            id,
+            msg.channel_id,
+            msg.guild_id,
+            &msg.author,
+            &msg.content,
+            |m| {
+                m.insert(
+                    "mentions".into(),
+                    Value::Array(msg.mentions.iter().map(Author::to_json).collect()),
+                );
+            },
+        );
+        st.remember(msg.channel_id, &d);
         drop(st);
         self.shared.bump();
         id
@@ -340,6 +384,29 @@ impl FakeDiscord {
     pub fn mute_new_connections(&self, mute: bool) {
         self.shared.lock().mute_new = mute;
         self.shared.bump();
+    }
+
+    /// While set, new gateway connections are reset (RST) before the websocket handshake:
+    /// a network that is still down when the client reconnects.
+    pub fn refuse_new_connections(&self, refuse: bool) {
+        self.shared.lock().refuse_new = refuse;
+        self.shared.bump();
+    }
+
+    /// Wait until at least `n` connections were refused.
+    pub async fn wait_for_refused(&self, n: usize, timeout: Duration) -> bool {
+        self.wait(timeout, |s| s.refused >= n).await
+    }
+
+    /// `GET /channels/{id}/messages` calls so far: (channel, query string).
+    pub fn history_reads(&self) -> Vec<(u64, String)> {
+        self.shared.lock().history_reads.clone()
+    }
+
+    /// Forget the current session, as Discord does after a while: a RESUME of it is answered
+    /// with op 9 (Invalid Session, not resumable) and the client must IDENTIFY again.
+    pub fn end_session(&self) {
+        self.shared.lock().session_id = None;
     }
 
     /// Gateway connections accepted so far.

@@ -135,9 +135,14 @@ pub fn config(fake: &FakeDiscord, token: &str) -> DiscordConfig {
 }
 
 pub async fn fake() -> FakeDiscord {
+    fake_beating(Duration::from_millis(1000)).await
+}
+
+/// The fake with `heartbeat_interval` in its HELLO.
+pub async fn fake_beating(heartbeat_interval: Duration) -> FakeDiscord {
     FakeDiscord::start_with(FakeDiscordOptions {
         token: TOKEN.into(),
-        heartbeat_interval: Duration::from_millis(1000),
+        heartbeat_interval,
     })
     .await
 }
@@ -149,7 +154,11 @@ pub async fn start() -> Harness {
 
 /// [`start`] with a tweak to the adapter's config.
 pub async fn start_with(tweak: impl FnOnce(&mut DiscordConfig)) -> Harness {
-    let fake = fake().await;
+    start_on(fake().await, tweak).await
+}
+
+/// [`start_with`] against a fake started by the caller.
+pub async fn start_on(fake: FakeDiscord, tweak: impl FnOnce(&mut DiscordConfig)) -> Harness {
     let mut cfg = config(&fake, TOKEN);
     tweak(&mut cfg);
     let channel = Arc::new(DiscordChannel::new(cfg).expect("channel"));

@@ -29,6 +29,12 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
 type Ws = WebSocketStream<TcpStream>;
 
 async fn connection(tcp: TcpStream, shared: Arc<Shared>) {
+    if shared.lock().refuse_new {
+        shared.lock().refused += 1;
+        shared.bump();
+        let _ = tcp.set_zero_linger();
+        return;
+    }
     let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
         return;
     };

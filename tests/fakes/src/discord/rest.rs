@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State as AxState};
+use axum::extract::{Path, RawQuery, State as AxState};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
@@ -22,7 +22,10 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v10/gateway/bot", get(gateway_bot))
         .route("/api/v10/users/@me", get(me))
         .route("/api/v10/channels/{id}", get(channel))
-        .route("/api/v10/channels/{id}/messages", post(create_message))
+        .route(
+            "/api/v10/channels/{id}/messages",
+            post(create_message).get(channel_messages),
+        )
         .route("/api/v10/channels/{id}/messages/{mid}", patch(edit_message))
         .route("/api/v10/channels/{id}/typing", post(typing))
         .route("/attachments/{channel}/{id}/{name}", get(super::cdn::serve))
@@ -99,6 +102,55 @@ async fn channel(AxState(shared): S, headers: HeaderMap, Path(id): Path<u64>) ->
         "nsfw": false,
     }))
     .into_response()
+}
+
+/// `GET /channels/{id}/messages`: `limit` (1–100, default 50) messages; with `after`, the
+/// first ones after that id, else the latest; newest first, as Discord answers.
+async fn channel_messages(
+    AxState(shared): S,
+    headers: HeaderMap,
+    Path(channel_id): Path<u64>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Some(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    let query = query.unwrap_or_default();
+    let params: Vec<(String, String)> = serde_urlencoded::from_str(&query).unwrap_or_default();
+    let param = |k: &str| {
+        params
+            .iter()
+            .find(|(n, _)| n == k)
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+    };
+    let limit = param("limit").unwrap_or(50);
+    if !(1..=100).contains(&limit) {
+        return error(StatusCode::BAD_REQUEST, "Invalid Form Body");
+    }
+    let mut st = shared.lock();
+    st.history_reads.push((channel_id, query.clone()));
+    let all = st.history.get(&channel_id).cloned().unwrap_or_default();
+    drop(st);
+    shared.bump();
+    let id_of = |m: &Value| {
+        m["id"]
+            .as_str()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let mut picked: Vec<Value> = match param("after") {
+        Some(after) => all
+            .into_iter()
+            .filter(|m| id_of(m) > after)
+            .take(limit as usize)
+            .collect(),
+        None => {
+            let skip = all.len().saturating_sub(limit as usize);
+            all.into_iter().skip(skip).collect()
+        }
+    };
+    picked.reverse();
+    Json(Value::Array(picked)).into_response()
 }
 
 /// Take the next injected fault, if any, as a response.
@@ -198,6 +250,7 @@ async fn create_message(
         body: body.clone(),
     });
     let created = bot_message(id, channel_id, &body);
+    st.remember(channel_id, &created);
     if let Some(n) = nonce {
         st.nonces.insert(n, created.clone());
     }

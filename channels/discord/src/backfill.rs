@@ -1,0 +1,181 @@
+//! Messages a lost session never delivered.
+//!
+//! serenity resumes a dropped session when it can, and Discord then replays what was missed.
+//! When it cannot (the resume failed, the session expired, the client was restarted), the new
+//! session only brings what is sent from then on, and messages sent in the gap would be lost.
+//! [`Recent`] keeps, for each channel heard from lately, the last message handled (its
+//! channel's line is done up to it); after a new session each such channel is asked what came
+//! after it (`GET /channels/{id}/messages?after=`), and those messages go through intake as if
+//! the gateway had sent them. The bus drops any it already has (same message id).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serenity::all::Context;
+use serenity::model::id::{ChannelId, GuildId, MessageId};
+
+use crate::handler::HandlerState;
+use crate::order::Reserved;
+
+/// Channels remembered (the most recently active).
+const MAX_CHANNELS: usize = 500;
+/// A channel quiet for longer is forgotten: Discord keeps no gap that long worth answering.
+const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// Messages fetched per channel (one page): more is a flood nobody expects answered.
+const PAGE: usize = 100;
+/// Channels fetched at once.
+const PARALLEL: usize = 4;
+
+/// The last message handled per channel, across the adapter's clients.
+#[derive(Default)]
+pub(crate) struct Recent(Mutex<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    channels: HashMap<ChannelId, Last>,
+    sessions: u64,
+}
+
+/// A channel's last handled message.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Last {
+    pub(crate) id: MessageId,
+    /// REST messages carry no guild id; the gateway's do.
+    pub(crate) guild: Option<GuildId>,
+    at: Instant,
+}
+
+impl Recent {
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Message `id` of `channel` was handled, at `now`.
+    pub(crate) fn handled(
+        &self,
+        channel: ChannelId,
+        id: MessageId,
+        guild: Option<GuildId>,
+        now: Instant,
+    ) {
+        let mut inner = self.inner();
+        let last = inner
+            .channels
+            .entry(channel)
+            .or_insert(Last { id, guild, at: now });
+        last.id = last.id.max(id);
+        last.guild = last.guild.or(guild);
+        last.at = now;
+        if inner.channels.len() > MAX_CHANNELS {
+            let oldest = inner
+                .channels
+                .iter()
+                .min_by_key(|(_, l)| l.at)
+                .map(|(c, _)| *c);
+            if let Some(c) = oldest {
+                inner.channels.remove(&c);
+            }
+        }
+    }
+
+    /// A session began (READY) at `now`: the channels to catch up on (none after the first).
+    pub(crate) fn new_session(&self, now: Instant) -> Vec<(ChannelId, Last)> {
+        let mut inner = self.inner();
+        inner.sessions += 1;
+        inner
+            .channels
+            .retain(|_, l| now.saturating_duration_since(l.at) <= MAX_AGE);
+        if inner.sessions == 1 {
+            return Vec::new();
+        }
+        inner.channels.iter().map(|(c, l)| (*c, *l)).collect()
+    }
+}
+
+/// Fetch and handle what each channel got after its last handled message, in its place in
+/// the channel's line.
+pub(crate) async fn catch_up(
+    state: Arc<HandlerState>,
+    ctx: Context,
+    todo: Vec<(ChannelId, Last, Reserved)>,
+) {
+    tracing::debug!(
+        channels = todo.len(),
+        "discord: new session; fetching what was sent meanwhile"
+    );
+    futures_util::stream::iter(todo)
+        .for_each_concurrent(PARALLEL, |(channel, last, place)| {
+            let state = state.clone();
+            let ctx = ctx.clone();
+            async move {
+                let _turn = place.wait().await;
+                let msgs = match state.rest.messages_after(channel.get(), last.id.get()).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(channel = %channel, error = %e,
+                            "discord: could not fetch the messages sent while disconnected");
+                        return;
+                    }
+                };
+                if msgs.len() >= PAGE {
+                    tracing::warn!(channel = %channel,
+                        "discord: {PAGE} or more messages came while disconnected; the first {PAGE} are handled");
+                }
+                for mut msg in msgs {
+                    if msg.guild_id.is_none() {
+                        msg.guild_id = last.guild;
+                    }
+                    tracing::info!(channel = %channel, id = %msg.id,
+                        "discord: a message sent while disconnected");
+                    state.handle(&ctx, &msg).await;
+                }
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(c: u64, m: u64) -> (ChannelId, MessageId) {
+        (ChannelId::new(c), MessageId::new(m))
+    }
+
+    #[test]
+    fn the_first_session_has_no_gap_and_later_ones_get_every_recent_channel() {
+        let recent = Recent::default();
+        let t0 = Instant::now();
+        assert!(recent.new_session(t0).is_empty());
+        let (a, m5) = ids(1, 5);
+        let (b, m7) = ids(2, 7);
+        recent.handled(a, m5, Some(GuildId::new(9)), t0);
+        recent.handled(a, MessageId::new(3), None, t0);
+        recent.handled(b, m7, None, t0);
+        let mut gap = recent.new_session(t0 + Duration::from_secs(60));
+        gap.sort_by_key(|(c, _)| *c);
+        assert_eq!(gap.len(), 2);
+        assert_eq!(
+            (gap[0].0, gap[0].1.id, gap[0].1.guild),
+            (a, m5, Some(GuildId::new(9)))
+        );
+        assert_eq!((gap[1].0, gap[1].1.id, gap[1].1.guild), (b, m7, None));
+    }
+
+    #[test]
+    fn quiet_channels_are_forgotten_and_the_map_is_bounded() {
+        let recent = Recent::default();
+        let t0 = Instant::now();
+        recent.new_session(t0);
+        recent.handled(ChannelId::new(1), MessageId::new(1), None, t0);
+        for c in 2..=(MAX_CHANNELS as u64 + 1) {
+            recent.handled(ChannelId::new(c), MessageId::new(c), None, t0 + MAX_AGE);
+        }
+        assert_eq!(recent.inner().channels.len(), MAX_CHANNELS);
+        assert!(!recent.inner().channels.contains_key(&ChannelId::new(1)));
+        let gap = recent.new_session(t0 + MAX_AGE * 2 + Duration::from_secs(1));
+        assert!(gap.is_empty(), "a day quiet: {gap:?}");
+    }
+}
