@@ -130,6 +130,7 @@ pub fn start_all(
             (true, Some(token)) => {
                 let mut cfg = switchboard_discord::DiscordConfig::new(token, d.api_url.clone());
                 cfg.inbox_dir = Some(shared.config.gateway.workspace.join("inbox"));
+                cfg.state_file = Some(shared.config.gateway.data_dir.join("discord-recent.json"));
                 cfg.max_message_len = d.max_message_len;
                 match switchboard_discord::DiscordChannel::new(cfg) {
                     Ok(ch) => launch(shared, registry, Arc::new(ch), shutdown, tracker),

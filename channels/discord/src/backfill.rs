@@ -7,12 +7,19 @@
 //! channel's line is done up to it); after a new session each such channel is asked what came
 //! after it (`GET /channels/{id}/messages?after=`), and those messages go through intake as if
 //! the gateway had sent them. The bus drops any it already has (same message id).
+//!
+//! With a state file the same holds across restarts: it is written every few seconds while
+//! something changed and when the adapter stops, and read when it starts, so the first session
+//! after a restart fetches what was sent while the gateway was down. A crash loses only the
+//! last few seconds of it; those messages are fetched again and dropped by the bus.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
 use serenity::all::Context;
 use serenity::model::id::{ChannelId, GuildId, MessageId};
 
@@ -36,6 +43,29 @@ pub(crate) struct Recent(Mutex<Inner>);
 struct Inner {
     channels: HashMap<ChannelId, Last>,
     sessions: u64,
+    /// Changed since the state file was written.
+    dirty: bool,
+}
+
+/// The state file: each channel's last handled message.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    channels: Vec<SavedChannel>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedChannel {
+    channel: ChannelId,
+    last: MessageId,
+    guild: Option<GuildId>,
+    /// When it was handled, in ms since the Unix epoch.
+    at_ms: u64,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// A channel's last handled message.
@@ -68,6 +98,7 @@ impl Recent {
         last.id = last.id.max(id);
         last.guild = last.guild.or(guild);
         last.at = now;
+        inner.dirty = true;
         if inner.channels.len() > MAX_CHANNELS {
             let oldest = inner
                 .channels
@@ -77,6 +108,85 @@ impl Recent {
             if let Some(c) = oldest {
                 inner.channels.remove(&c);
             }
+        }
+    }
+
+    /// Read the state file written by [`Recent::save`] (a missing or unreadable one is
+    /// nothing remembered); `now` and `wall` are the same moment on both clocks. What it holds
+    /// is caught up on at the first session.
+    pub(crate) fn load(path: &Path, now: Instant, wall: SystemTime) -> Self {
+        let saved: Option<Saved> = match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| {
+                    tracing::warn!(file = %path.display(), error = %e,
+                        "discord: ignoring an unreadable state file")
+                })
+                .ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e,
+                    "discord: cannot read the state file");
+                None
+            }
+        };
+        let wall_ms = unix_ms(wall);
+        let mut inner = Inner::default();
+        for c in saved.map(|s| s.channels).unwrap_or_default() {
+            let age = Duration::from_millis(wall_ms.saturating_sub(c.at_ms));
+            if age > MAX_AGE {
+                continue;
+            }
+            let at = now.checked_sub(age).unwrap_or(now);
+            inner.channels.insert(
+                c.channel,
+                Last {
+                    id: c.last,
+                    guild: c.guild,
+                    at,
+                },
+            );
+        }
+        // What was remembered counts as the session before the first one.
+        inner.sessions = u64::from(!inner.channels.is_empty());
+        Self(Mutex::new(inner))
+    }
+
+    /// Write the state file if anything changed since the last time (`now` and `wall` as in
+    /// [`Recent::load`]). Atomic: a crash leaves the old file or the new one.
+    pub(crate) fn save(&self, path: &Path, now: Instant, wall: SystemTime) {
+        let saved = {
+            let mut inner = self.inner();
+            if !inner.dirty {
+                return;
+            }
+            inner.dirty = false;
+            let wall_ms = unix_ms(wall);
+            let channels = inner
+                .channels
+                .iter()
+                .map(|(c, l)| SavedChannel {
+                    channel: *c,
+                    last: l.id,
+                    guild: l.guild,
+                    at_ms: wall_ms.saturating_sub(
+                        u64::try_from(now.saturating_duration_since(l.at).as_millis())
+                            .unwrap_or(u64::MAX),
+                    ),
+                })
+                .collect();
+            Saved { channels }
+        };
+        let write = || -> std::io::Result<()> {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+            serde_json::to_writer(&mut tmp, &saved)?;
+            tmp.as_file().sync_data()?;
+            tmp.persist(path).map_err(|e| e.error)?;
+            Ok(())
+        };
+        if let Err(e) = write() {
+            self.inner().dirty = true;
+            tracing::warn!(file = %path.display(), error = %e, "discord: cannot write the state file");
         }
     }
 
@@ -162,6 +272,50 @@ mod tests {
             (a, m5, Some(GuildId::new(9)))
         );
         assert_eq!((gap[1].0, gap[1].1.id, gap[1].1.guild), (b, m7, None));
+    }
+
+    #[test]
+    fn the_state_file_carries_recent_channels_across_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("discord.json");
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        assert!(
+            Recent::load(&path, t0, w0).new_session(t0).is_empty(),
+            "no file"
+        );
+
+        let recent = Recent::default();
+        recent.new_session(t0);
+        recent.handled(
+            ChannelId::new(1),
+            MessageId::new(10),
+            Some(GuildId::new(9)),
+            t0,
+        );
+        recent.save(&path, t0, w0);
+        recent.handled(ChannelId::new(2), MessageId::new(20), None, t0);
+        recent.save(&path, t0, w0);
+
+        // An hour later: both channels are caught up on at the first session.
+        let (t1, w1) = (
+            t0 + Duration::from_secs(3600),
+            w0 + Duration::from_secs(3600),
+        );
+        let mut gap = Recent::load(&path, t1, w1).new_session(t1);
+        gap.sort_by_key(|(c, _)| *c);
+        let got: Vec<_> = gap
+            .iter()
+            .map(|(c, l)| (c.get(), l.id.get(), l.guild))
+            .collect();
+        assert_eq!(got, vec![(1, 10, Some(GuildId::new(9))), (2, 20, None)]);
+
+        // Two days later: too old to answer.
+        let w2 = w0 + MAX_AGE * 2;
+        assert!(Recent::load(&path, t1, w2).new_session(t1).is_empty());
+
+        // A damaged file is nothing remembered.
+        std::fs::write(&path, b"{not json").expect("write");
+        assert!(Recent::load(&path, t1, w1).new_session(t1).is_empty());
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //! spinning over a dead socket (see `client`): the watchdog stops it at once and starts a
 //! new session, and what was sent meanwhile is fetched (`backfill`).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serenity::all::{ClientBuilder, GatewayError, GatewayIntents, HttpBuilder};
 use serenity::cache::Settings as CacheSettings;
@@ -34,6 +35,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(60);
 const STUCK_CONNECTING: Duration = Duration::from_secs(2);
 /// The watchdog looks at least this often.
 const CHECK_MAX: Duration = Duration::from_secs(1);
+/// The state file (see `backfill`) is written at most this often.
+const SAVE_EVERY: Duration = Duration::from_secs(5);
 
 /// How one client's life ended.
 enum Outcome {
@@ -55,8 +58,35 @@ pub(crate) async fn run(
     inbound: InboundSender,
     shutdown: CancellationToken,
 ) -> Result<(), ChannelError> {
+    let recent = Arc::new(match &cfg.state_file {
+        Some(path) => Recent::load(path, std::time::Instant::now(), SystemTime::now()),
+        None => Recent::default(),
+    });
+    let res = keep_up(cfg, rest, inbound, shutdown, &recent).await;
+    save_state(cfg.state_file.as_deref(), &recent).await;
+    res
+}
+
+/// Write what `recent` holds to the state file, off the runtime's threads.
+async fn save_state(path: Option<&Path>, recent: &Arc<Recent>) {
+    let Some(path) = path else {
+        return;
+    };
+    let (recent, path) = (recent.clone(), path.to_path_buf());
+    let _ = tokio::task::spawn_blocking(move || {
+        recent.save(&path, std::time::Instant::now(), SystemTime::now());
+    })
+    .await;
+}
+
+async fn keep_up(
+    cfg: &DiscordConfig,
+    rest: &Rest,
+    inbound: InboundSender,
+    shutdown: CancellationToken,
+    recent: &Arc<Recent>,
+) -> Result<(), ChannelError> {
     let mut backoff = BACKOFF_MIN;
-    let recent = Arc::new(Recent::default());
     loop {
         // A slow or unreachable API must not hold up a shutdown.
         let checked = tokio::select! {
@@ -194,6 +224,7 @@ async fn run_client(
     let mut tick = tokio::time::interval(check_every);
     let mut last_latency = None;
     let mut connecting_since: Option<Instant> = None;
+    let mut saved_at = Instant::now();
     state.touch();
     let outcome = loop {
         tokio::select! {
@@ -213,6 +244,10 @@ async fn run_client(
                 };
             }
             _ = tick.tick() => {
+                if saved_at.elapsed() >= SAVE_EVERY {
+                    save_state(cfg.state_file.as_deref(), &state.recent).await;
+                    saved_at = Instant::now();
+                }
                 let runner = client.runner().await;
                 let latency = runner.as_ref().and_then(|r| r.latency);
                 if latency != last_latency {

@@ -69,6 +69,10 @@ pub struct DiscordConfig {
     pub max_file_bytes: u64,
     /// Longest one file's download may take.
     pub file_download_timeout: Duration,
+    /// Where the last handled message of each recently active channel is kept across
+    /// restarts, so that what was sent while the gateway was stopped is fetched at the next
+    /// start; `None`: kept in memory only (gaps between sessions are still caught up on).
+    pub state_file: Option<PathBuf>,
 }
 
 impl DiscordConfig {
@@ -83,6 +87,7 @@ impl DiscordConfig {
             inbox_dir: None,
             max_file_bytes: 20 * 1024 * 1024,
             file_download_timeout: Duration::from_secs(120),
+            state_file: None,
         }
     }
 
@@ -103,6 +108,7 @@ impl std::fmt::Debug for DiscordConfig {
             .field("inbox_dir", &self.inbox_dir)
             .field("max_file_bytes", &self.max_file_bytes)
             .field("file_download_timeout", &self.file_download_timeout)
+            .field("state_file", &self.state_file)
             .finish()
     }
 }

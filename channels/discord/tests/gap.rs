@@ -173,3 +173,49 @@ async fn a_client_replaced_by_the_watchdog_catches_up_and_the_bots_own_posts_are
     );
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_sent_while_the_gateway_was_stopped_is_fetched_at_the_next_start() {
+    use std::sync::Arc;
+    use switchboard_channel::{Channel, InboundSender};
+    use switchboard_discord::DiscordChannel;
+    use tokio_util::sync::CancellationToken;
+
+    let fake = common::fake().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("discord-recent.json");
+    let start = |rec: Arc<common::Recorder>| {
+        let mut cfg = common::config(&fake, common::TOKEN);
+        cfg.state_file = Some(state.clone());
+        let channel = DiscordChannel::new(cfg).expect("channel");
+        let shutdown = CancellationToken::new();
+        let s = shutdown.clone();
+        let run = tokio::spawn(async move { channel.run(InboundSender::new(rec), s).await });
+        (shutdown, run)
+    };
+
+    let first = common::Recorder::new();
+    let (shutdown, run) = start(first.clone());
+    assert!(fake.wait_for_sessions(1, common::WAIT).await);
+    let seen = fake.push_message_create(IncomingMessage::guild_mention(CHAN, alice(), "before"));
+    first.wait_for_msgs(1).await;
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(common::WAIT, run).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    assert!(state.exists(), "no state file written at shutdown");
+
+    let away =
+        fake.push_unseen_message(IncomingMessage::guild_mention(CHAN, alice(), "while down"));
+    let second = common::Recorder::new();
+    let (shutdown, run) = start(second.clone());
+    let msgs = second.wait_for_msgs(1).await;
+    assert_eq!(ids(&msgs), vec![format!("discord:msg:{away}")]);
+    assert!(
+        fake.history_reads()
+            .contains(&(CHAN, format!("after={seen}&limit=100"))),
+        "{:?}",
+        fake.history_reads()
+    );
+    shutdown.cancel();
+    let _ = tokio::time::timeout(common::WAIT, run).await;
+}
