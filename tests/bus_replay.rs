@@ -7,61 +7,14 @@ use std::time::Duration;
 mod common;
 
 use async_trait::async_trait;
+use common::bus::{bus_on, bus_with, leave_in_inbox, stop_bus};
 use common::{message, message_alone};
-use switchboard::bus::{Bus, Interrupted, TurnHandler, TurnInput, TurnOutput};
+use switchboard::bus::{Interrupted, TurnHandler, TurnInput, TurnOutput};
 use switchboard::store::{SledStore, Store, Tree};
 use switchboard_channel::{ChatKey, InboundMessage, Published};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Put `msg` in the inbox, as a run that stopped before its turn ended leaves it.
-fn leave_in_inbox(store: &dyn Store, msg: &InboundMessage) {
-    store
-        .put(
-            Tree::Inbox,
-            &store.next_id().unwrap().to_be_bytes(),
-            &serde_json::to_vec(msg).unwrap(),
-        )
-        .unwrap();
-}
-
-/// A bus alone (no gateway) on `store`, running at most `turns` turns at once.
-fn bus_on(
-    store: &Arc<dyn Store>,
-    turns: usize,
-    handler: Arc<dyn TurnHandler>,
-) -> (Arc<Bus>, CancellationToken, TaskTracker) {
-    bus_with(store, turns, handler, Default::default())
-}
-
-/// [`bus_on`] with these channels.
-fn bus_with(
-    store: &Arc<dyn Store>,
-    turns: usize,
-    handler: Arc<dyn TurnHandler>,
-    channels: switchboard::bus::ChannelRegistry,
-) -> (Arc<Bus>, CancellationToken, TaskTracker) {
-    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
-    let bus = Bus::new(
-        store.clone(),
-        channels,
-        turns,
-        Default::default(),
-        shutdown.clone(),
-        tracker.clone(),
-    );
-    bus.set_handler(handler);
-    (bus, shutdown, tracker)
-}
-
-/// Stop a bus from [`bus_on`] (without noting a clean stop, as a crash would).
-async fn stop_bus(shutdown: CancellationToken, tracker: TaskTracker) {
-    shutdown.cancel();
-    tracker.close();
-    tracker.wait().await;
-}
 
 /// Records each turn: its messages' texts and `resumes` counts.
 #[derive(Default)]
@@ -433,14 +386,15 @@ async fn a_start_counted_before_a_download_is_taken_back_while_the_message_waits
     use switchboard_channel::files::leave_pending;
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path()).unwrap());
-    // A crash left a message in chat x and one with a file in chat y, each once resumed.
+    // A crash left a message in chat x and one with a file in chat y, neither counted yet
+    // (counted ones would run one at a time: see bus_probation.rs).
     let (x, y) = (ChatKey::new("test", "x"), ChatKey::new("test", "y"));
     let mut first = message("x-0", &x, "x's");
-    first.metadata.insert("resumes".into(), 1.into());
+    first.metadata.insert("resumes".into(), 0.into());
     leave_in_inbox(&*store, &first);
     let mut photo = message("y-0", &y, "y's");
     leave_pending(&mut photo, &serde_json::json!([{"file": "y-0"}]));
-    photo.metadata.insert("resumes".into(), 1.into());
+    photo.metadata.insert("resumes".into(), 0.into());
     leave_in_inbox(&*store, &photo);
     let channel = Arc::new(HangingFiles::default());
     let channels = registry_with(channel.clone());
@@ -456,7 +410,7 @@ async fn a_start_counted_before_a_download_is_taken_back_while_the_message_waits
         .await
         .expect("y's download began");
     channel.go.add_permits(1);
-    // Counted before the download (2), taken back once it is done: waiting is not counted.
+    // Counted before the download (1), taken back once it is done: waiting is not counted.
     let y_resumes = || {
         let entries = store.scan(Tree::Inbox, &[]).unwrap();
         entries.iter().find_map(|(_, v)| {
@@ -464,12 +418,12 @@ async fn a_start_counted_before_a_download_is_taken_back_while_the_message_waits
             (m.key == y).then(|| m.metadata["resumes"].as_u64().unwrap())
         })
     };
-    common::until("the count taken back", || y_resumes() == Some(1)).await;
+    common::until("the count taken back", || y_resumes() == Some(0)).await;
     assert!(handler.turns.turns.lock().unwrap().len() <= 1);
     // y's own turn counts its start, once.
     handler.open.add_permits(1);
     let turns = handler.turns.wait_for(2).await;
-    assert_eq!(turns[1], [("y's [fetched]".to_string(), 2)]);
+    assert_eq!(turns[1], [("y's [fetched]".to_string(), 1)]);
     stop_bus(shutdown, tracker).await;
 }
 

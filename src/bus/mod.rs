@@ -122,6 +122,9 @@ pub struct Bus {
     slots: Mutex<HashMap<ChatKey, Slot>>,
     turns: Arc<Semaphore>,
     queued: Arc<Semaphore>,
+    /// Held by the turn of a message resumed after two crashes or more (see `replay`): such
+    /// turns run one at a time, so a crash counts only against the one running.
+    probation: Arc<tokio::sync::Mutex<()>>,
     outbox: Outbox,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
@@ -214,6 +217,7 @@ impl Bus {
             slots: Mutex::new(HashMap::new()),
             turns: Arc::new(Semaphore::new(max_concurrent_turns.max(1))),
             queued: Arc::new(Semaphore::new(MAX_QUEUED)),
+            probation: Default::default(),
             outbox,
             metrics,
             shutdown,

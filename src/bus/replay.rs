@@ -6,6 +6,12 @@
 //! of them be what kills the gateway, the first is given up in its place, and the rest run
 //! without it. A message that only waited (behind the concurrency cap, or while the gateway
 //! kept dying on another chat's) is never counted.
+//!
+//! Turns run side by side, so a crash counts against every resumed message running at the
+//! time, innocent ones too. Once a message has been counted (a second crash found it
+//! running), its turns go on probation: they run one at a time ([`Bus::on_probation`]),
+//! and each crash from then on counts only against the one running. Other chats' turns
+//! still run beside it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -63,6 +69,26 @@ impl Bus {
         }
         self.intake.send_replace(true);
         Ok(n)
+    }
+
+    /// Wait until `batch` may start, when its first message is on probation (resumed, and
+    /// counted before): the guard keeps other such turns waiting until dropped, after the
+    /// turn. `None` for every other batch, at once.
+    pub(super) async fn on_probation(
+        &self,
+        batch: &[Queued],
+    ) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let head = batch.first().filter(|q| q.counted)?;
+        let counted_before = head
+            .msg
+            .metadata
+            .get("resumes")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        if counted_before == 0 {
+            return None;
+        }
+        Some(self.probation.clone().lock_owned().await)
     }
 
     /// As a turn begins: count the start of a message resumed after a crash (the first of

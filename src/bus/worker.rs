@@ -26,6 +26,13 @@ impl Bus {
             let Some(mut batch) = self.next_batch(&key, &cancel) else {
                 break;
             };
+            // Held through the turn: not counted while it waits.
+            let _probation = tokio::select! {
+                biased;
+                // The messages stay in the inbox for the next start.
+                _ = self.shutdown.cancelled() => break,
+                guard = self.on_probation(&batch) => guard,
+            };
             if batch.iter().any(|q| files::has_pending(&q.msg)) {
                 // Counted before its download, which can be what stops the gateway; what
                 // the count stores is the message as it came, its files still to fetch.

@@ -2,6 +2,7 @@
 //! gateway in-process or as a child process, and a recording test channel.
 #![allow(dead_code)]
 
+pub mod bus;
 mod channel;
 pub mod platform;
 pub mod telegram;

@@ -1,0 +1,56 @@
+//! A bus alone (no gateway) on a store a previous run left, for the replay tests.
+
+use std::sync::Arc;
+
+use switchboard::bus::{Bus, TurnHandler};
+use switchboard::store::{Store, Tree};
+use switchboard_channel::InboundMessage;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Put `msg` in the inbox, as a run that stopped before its turn ended leaves it.
+pub fn leave_in_inbox(store: &dyn Store, msg: &InboundMessage) {
+    store
+        .put(
+            Tree::Inbox,
+            &store.next_id().unwrap().to_be_bytes(),
+            &serde_json::to_vec(msg).unwrap(),
+        )
+        .unwrap();
+}
+
+/// A bus alone (no gateway) on `store`, running at most `turns` turns at once.
+pub fn bus_on(
+    store: &Arc<dyn Store>,
+    turns: usize,
+    handler: Arc<dyn TurnHandler>,
+) -> (Arc<Bus>, CancellationToken, TaskTracker) {
+    bus_with(store, turns, handler, Default::default())
+}
+
+/// [`bus_on`] with these channels.
+pub fn bus_with(
+    store: &Arc<dyn Store>,
+    turns: usize,
+    handler: Arc<dyn TurnHandler>,
+    channels: switchboard::bus::ChannelRegistry,
+) -> (Arc<Bus>, CancellationToken, TaskTracker) {
+    let (shutdown, tracker) = (CancellationToken::new(), TaskTracker::new());
+    let bus = Bus::new(
+        store.clone(),
+        channels,
+        turns,
+        Default::default(),
+        shutdown.clone(),
+        tracker.clone(),
+    );
+    bus.set_handler(handler);
+    (bus, shutdown, tracker)
+}
+
+/// Stop a bus from [`bus_on`] (without noting a clean stop, as a crash would).
+pub async fn stop_bus(shutdown: CancellationToken, tracker: TaskTracker) {
+    shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
+}
