@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::response::sse::{Event, Sse};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
-use switchboard_channel::{ChatKey, OutboundMessage};
+use switchboard_channel::{ChatKey, OutboundMessage, StreamRedactor, redact};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{REPLY_TIMEOUT, WaiterGuard, usage_json};
@@ -71,7 +71,10 @@ pub(super) fn stream_reply(
         {
             return;
         }
+        // What went out, redacted: the model may write a secret it was led to, and these
+        // pieces do not pass the outbox (the final reply does).
         let mut streamed = String::new();
+        let mut redactor = StreamRedactor::default();
         let deadline = tokio::time::sleep(REPLY_TIMEOUT);
         tokio::pin!(deadline);
         let final_msg = loop {
@@ -79,6 +82,10 @@ pub(super) fn stream_reply(
                 // The client went away (while the model thinks, nothing is sent to notice).
                 _ = tx.closed() => return,
                 Some(d) = deltas.recv() => {
+                    let d = redactor.push(&d);
+                    if d.is_empty() {
+                        continue;
+                    }
                     streamed.push_str(&d);
                     if send(reply.chunk(json!({"content": d}), None)).await.is_err() {
                         return;
@@ -90,19 +97,27 @@ pub(super) fn stream_reply(
         };
         // Deltas still queued, then whatever of the final text was not streamed.
         while let Ok(d) = deltas.try_recv() {
-            streamed.push_str(&d);
-            let _ = send(reply.chunk(json!({"content": d}), None)).await;
+            let d = redactor.push(&d);
+            if !d.is_empty() {
+                streamed.push_str(&d);
+                let _ = send(reply.chunk(json!({"content": d}), None)).await;
+            }
         }
         let usage = final_msg.as_ref().and_then(|m| m.usage).unwrap_or_default();
+        // The final text (redacted by the outbox) is compared with the redacted stream.
+        let held = redact(redactor.held());
         let rest = match final_msg {
-            // A continuation of what was streamed (or all of it): the part not sent yet.
+            // A continuation of what was streamed (or all of it, the part held back
+            // included): the part not sent yet.
             Some(m) if m.text.starts_with(streamed.as_str()) => {
                 m.text[streamed.len()..].to_string()
             }
-            // The last round's answer after earlier rounds' text: streamed already.
-            Some(m) if streamed.ends_with(m.text.as_str()) => String::new(),
+            // The last round's answer after earlier rounds' text: streamed already, but for
+            // what was held back.
+            Some(m) if format!("{streamed}{held}").ends_with(m.text.as_str()) => held.into_owned(),
             // Said after what was streamed: an error (the model failed mid-answer),
-            // "Stopped.", the note that the step limit was reached.
+            // "Stopped.", the note that the step limit was reached. Text held back, maybe
+            // part of a secret cut off, is left out.
             Some(m) => format!("\n\n{}", m.text),
             None if streamed.is_empty() => "⚠️ No reply in time.".into(),
             None => "\n\n⚠️ No reply in time.".into(),
