@@ -25,6 +25,7 @@ use crate::agent::StreamRegistry;
 use crate::gateway::Shared;
 use crate::llm::DeltaSink;
 
+mod request;
 mod stream;
 
 use stream::{StreamedReply, stream_reply};
@@ -305,57 +306,6 @@ pub async fn models(ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderM
     .into_response()
 }
 
-/// The text of the request's last message, the user's (string content or text parts; other
-/// parts, such as images, are named as left out).
-fn last_user_text(body: &Value) -> Result<String, String> {
-    let messages = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or("`messages` must be a non-empty array")?;
-    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
-    // A system message after it (some clients add one) is passed over like the others.
-    let last = messages
-        .iter()
-        .rev()
-        .find(|m| !matches!(role(m).as_deref(), Some("system" | "developer")))
-        .ok_or("`messages` has no message with role `user`")?;
-    if role(last).as_deref() != Some("user") {
-        // An assistant's partial answer to continue, or a tool's result: an earlier user
-        // message would be answered again in their place.
-        return Err(
-            "the last message must have role `user`: the gateway keeps the \
-                    conversation itself and answers each new user message"
-                .into(),
-        );
-    }
-    match last.get("content") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => {
-            let mut texts: Vec<&str> = Vec::new();
-            let mut other = 0;
-            for p in parts {
-                match p.get("text").and_then(Value::as_str) {
-                    Some(t) => texts.push(t),
-                    None => other += 1,
-                }
-            }
-            let mut text = texts.join("\n");
-            if other > 0 {
-                let note = format!(
-                    "[{other} attachment(s), such as an image, left out: this API takes text only]"
-                );
-                text = if text.is_empty() {
-                    note
-                } else {
-                    format!("{text}\n\n{note}")
-                };
-            }
-            Ok(text)
-        }
-        _ => Err("the last user message has no text `content`".into()),
-    }
-}
-
 pub async fn chat_completions(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -388,46 +338,18 @@ pub async fn chat_completions(
             };
         }
     };
-    let body: Value = match serde_json::from_slice(&body) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "the body must be a JSON object",
-                "invalid_request_error",
-            );
-        }
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("malformed JSON: {e}"),
-                "invalid_request_error",
-            );
-        }
-    };
-    let text = match last_user_text(&body) {
-        Ok(t) if !t.trim().is_empty() => t,
-        Ok(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "the last user message is empty",
-                "invalid_request_error",
-            );
-        }
+    let parsed = request::parse(&body);
+    // Let go of the body (up to 32 MiB) before the wait for the reply, which may be long.
+    drop(body);
+    let request::ChatRequest {
+        text,
+        user,
+        stream,
+        include_usage,
+        model,
+    } = match parsed {
+        Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e, "invalid_request_error"),
-    };
-    let user = match body.get("user") {
-        None | Some(Value::Null) => "default",
-        // Some clients always send the field, empty when they have no user.
-        Some(Value::String(u)) if u.trim().is_empty() => "default",
-        Some(Value::String(u)) => u.as_str(),
-        Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "`user` must be a string",
-                "invalid_request_error",
-            );
-        }
     };
     let key: ChatKey = match format!("api:{user}").parse() {
         Ok(k) => k,
@@ -439,29 +361,6 @@ pub async fn chat_completions(
             );
         }
     };
-    let stream = match body.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "`stream` must be true or false",
-                "invalid_request_error",
-            );
-        }
-    };
-    // As OpenAI: with `stream_options.include_usage` a last chunk before `[DONE]` reports
-    // the tokens used.
-    let include_usage = stream
-        && body
-            .pointer("/stream_options/include_usage")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("switchboard")
-        .to_string();
 
     let id = format!(
         "api:req:{:016x}{:016x}",
@@ -472,9 +371,9 @@ pub async fn chat_completions(
     // front passes on all its users (the owner may message any chat, read and change every
     // chat's reminders, and set them at any frequency).
     let sender = Sender {
-        id: user.to_string(),
+        id: user.clone(),
         username: None,
-        display_name: user.to_string(),
+        display_name: user,
         is_owner: false,
     };
     let mut msg = InboundMessage::text(id.clone(), key.clone(), sender, text);
