@@ -89,3 +89,25 @@ async fn the_user_field_is_trimmed_and_checked() {
     shutdown.cancel();
     running.stopped().await;
 }
+
+#[tokio::test]
+async fn a_wrong_method_gets_the_json_error_shape() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let r = reqwest::Client::new()
+        .get(format!("{}/v1/chat/completions", base(&running)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "POST");
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["message"], "GET is not allowed on /v1/chat/completions",
+        "{v}"
+    );
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    shutdown.cancel();
+    running.stopped().await;
+}

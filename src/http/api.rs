@@ -286,6 +286,15 @@ pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Respo
     )
 }
 
+/// A route's other methods (axum answers 405 with an `Allow` header): the JSON error shape.
+pub async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &format!("{method} is not allowed on {}", uri.path()),
+        "invalid_request_error",
+    )
+}
+
 /// The error response for a request the API's access rules refuse (see `access`).
 fn refused(headers: &HeaderMap, peer: SocketAddr) -> Option<Response> {
     let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
