@@ -33,8 +33,11 @@ use stream::{StreamedReply, stream_reply};
 /// Largest `POST /v1/chat/completions` body.
 const BODY_LIMIT: usize = 32 * 1024 * 1024;
 
-/// Longest a request waits for its reply.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest a request (or `switchboard chat`) waits for its reply; for a stream, longest
+/// without a piece of it. A turn's own limits (steps, LLM retries and timeouts, tool
+/// timeouts) bound it too, but may add up to hours as configured, so this is no bound on
+/// a turn: past it, the request gives up and its turn is stopped.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 struct Waiter {
     key: ChatKey,
