@@ -112,18 +112,21 @@ impl ApiChannel {
     ) -> Result<OutboundMessage, String> {
         let id = msg.id.clone();
         let rx = self.wait_for(&id, &msg.key, None);
+        let key = msg.key.clone();
+        let (publishing, gone) = publish_withdrawable(bus, msg);
         let _guard = WaiterGuard {
             api: self,
             bus,
-            key: msg.key.clone(),
+            key,
             id,
             armed: true,
-            gone: None,
+            gone: Some(gone),
         };
-        match bus.publish(msg).await {
-            Ok(Published::Accepted) => {}
-            Ok(other) => return Err(format!("message not accepted: {other:?}")),
-            Err(e) => return Err(e.to_string()),
+        match publishing.await {
+            Ok(Ok(Published::Accepted)) => {}
+            Ok(Ok(other)) => return Err(format!("message not accepted: {other:?}")),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(e) => return Err(format!("the message could not be taken: {e}")),
         }
         match tokio::time::timeout(timeout, rx).await {
             // The model could not answer: the caller (`chat`) fails with that message.
@@ -161,6 +164,30 @@ impl ApiChannel {
             .insert(id.to_string(), waiter);
         rx
     }
+}
+
+/// Publish `msg` in a task of its own, which withdraws the message once it is queued should
+/// the flag returned be set by then: its waiter was gone while it was being stored (a
+/// [`WaiterGuard`] given the flag sets it when it leaves, and withdraws it itself later).
+fn publish_withdrawable(
+    bus: &Arc<crate::bus::Bus>,
+    msg: InboundMessage,
+) -> (
+    tokio::task::JoinHandle<Result<Published, crate::bus::BusError>>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (bus, key, id, flag) = (bus.clone(), msg.key.clone(), msg.id.clone(), gone.clone());
+    let publishing = tokio::spawn(async move {
+        let published = bus.publish(msg).await;
+        if matches!(published, Ok(Published::Accepted))
+            && flag.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            bus.withdraw(&key, &id);
+        }
+        published
+    });
+    (publishing, gone)
 }
 
 impl ApiChannel {
@@ -399,22 +426,8 @@ pub async fn chat_completions(
         (None, None)
     };
     let reply_rx = shared.api.wait_for(&id, &key, delta_tx);
-    // Published by a task of its own, which withdraws the message once it is queued should
-    // its client be gone by then (the guard below withdraws it when it leaves later).
-    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let publishing = {
-        let (shared, key, id, gone) = (shared.clone(), key.clone(), id.clone(), gone.clone());
-        tokio::spawn(async move {
-            let published = shared.bus.publish(msg).await;
-            if matches!(published, Ok(Published::Accepted))
-                && gone.load(std::sync::atomic::Ordering::SeqCst)
-            {
-                shared.bus.withdraw(&key, &id);
-            }
-            published
-        })
-    };
-    // A client gone meanwhile is noticed (the task above then withdraws the message).
+    let (publishing, gone) = publish_withdrawable(&shared.bus, msg);
+    // A client gone meanwhile is noticed (the publishing task then withdraws the message).
     let guard = WaiterGuard {
         api: &shared.api,
         bus: &shared.bus,
