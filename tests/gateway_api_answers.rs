@@ -1,7 +1,7 @@
 //! The API channel's answers over real HTTP against the fake LLM, whatever the turn does: a
 //! stream read late gets every word, a stopped stream says so after what came, a turn that
 //! says nothing after its tools answers at once, `/status` is answered during a turn, and
-//! a request its client gave up withdraws its message.
+//! a request its client gave up (or a `chat` message) withdraws its message.
 
 mod common;
 
@@ -189,6 +189,33 @@ async fn a_queued_request_its_client_gave_up_never_runs() {
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2, "the withdrawn message never ran");
     assert!(!reqs[1].body.to_string().contains("the withdrawn one"));
+    assert_eq!(running.shared.store.len(switchboard::store::Tree::Inbox), 0);
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test]
+async fn a_chat_message_given_up_while_it_is_stored_never_runs() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let shared = running.shared.clone();
+    llm.push(Reply::text("the slow answer").with_delay(Duration::from_secs(1)));
+    let first = tokio::spawn(async move { shared.ask_cli("a slow question", WAIT).await });
+    llm.wait_for_requests(1, WAIT)
+        .await
+        .expect("the first turn began");
+    // `switchboard chat` (or /admin/chat) gone while its message is being stored: polled
+    // once, it started storing it (in a task of its own, which this single-threaded
+    // runtime has not run yet), then dropped.
+    let abandoned = running.shared.ask_cli("the abandoned one", WAIT);
+    assert!(futures_util::FutureExt::now_or_never(abandoned).is_none());
+    assert_eq!(first.await.unwrap().unwrap(), "the slow answer");
+    let next = running.shared.ask_cli("next", WAIT).await.unwrap();
+    assert_eq!(next, "echo: next");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2, "the abandoned message never ran");
+    assert!(!reqs[1].body.to_string().contains("the abandoned one"));
     assert_eq!(running.shared.store.len(switchboard::store::Tree::Inbox), 0);
     shutdown.cancel();
     running.stopped().await;

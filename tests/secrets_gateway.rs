@@ -105,6 +105,47 @@ async fn a_secret_in_a_tool_result_never_reaches_the_model_or_the_user() {
     running.stopped().await;
 }
 
+#[tokio::test]
+async fn a_secret_the_model_writes_is_redacted_in_a_stream_and_sent_once() {
+    // As the config's `api_key_env` registers the LLM key.
+    let key = "sk-fake-secret-0123456789abcdef";
+    switchboard_channel::redact::register(key);
+    let llm = FakeLlm::start().await;
+    // Pieces of 4: the key arrives split across eight of them.
+    llm.set_stream_chunk_chars(4);
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let base = format!("http://{}", running.http_addr.unwrap());
+    let answer = format!("Here it is: {key} done");
+    for stream in [false, true] {
+        llm.push(Reply::text(answer.clone()));
+        let text = if stream {
+            let body = common::ask_stream(&base, "mallory", "the key?")
+                .await
+                .text()
+                .await
+                .unwrap();
+            assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+            // No piece of it either: the key's second half, which no word of the answer has.
+            assert_clean("the stream", &body, &[key, "0123456789abcdef"]);
+            common::sse_text(&body)
+        } else {
+            reply_text(&ask(&base, "mallory", "the key?").await)
+        };
+        assert_eq!(text, "Here it is: [redacted] done", "stream: {stream}");
+    }
+    // A streamed answer with no secret, ending in what could start one, comes whole.
+    llm.push(Reply::text("Keys begin with sk"));
+    let body = common::ask_stream(&base, "mallory", "how do keys begin?")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(common::sse_text(&body), "Keys begin with sk");
+    shutdown.cancel();
+    running.stopped().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_keeps_tokens_out_of_readyz_its_log_and_doctor() {
     let (tg, dc, bot, app, signing, key, api) = (

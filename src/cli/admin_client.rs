@@ -38,7 +38,8 @@ impl Target {
             );
         };
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(600))
+            // Longer than the gateway waits for a reply (`chat`): it answers first.
+            .timeout(crate::http::api::REPLY_TIMEOUT + Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(2))
             .build()?;
         let base = format!("http://{addr}");

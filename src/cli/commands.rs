@@ -1,7 +1,6 @@
 //! The CLI commands' bodies.
 
 use std::io::{BufRead, Write};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -83,7 +82,7 @@ pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()
         let shared = shared.clone();
         async move {
             shared
-                .ask_cli(&text, Duration::from_secs(600))
+                .ask_cli(&text, crate::http::api::REPLY_TIMEOUT)
                 .await
                 .map_err(anyhow::Error::msg)
         }

@@ -6,7 +6,6 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, Query, Request, State};
@@ -255,7 +254,11 @@ struct Chat {
 }
 
 async fn chat(State(s): State<AdminState>, axum::Json(c): axum::Json<Chat>) -> Response {
-    match s.shared.ask_cli(&c.text, Duration::from_secs(600)).await {
+    match s
+        .shared
+        .ask_cli(&c.text, crate::http::api::REPLY_TIMEOUT)
+        .await
+    {
         Ok(reply) => axum::Json(json!({"reply": reply})).into_response(),
         Err(e) => fail(StatusCode::BAD_GATEWAY, e),
     }

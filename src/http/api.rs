@@ -25,6 +25,7 @@ use crate::agent::StreamRegistry;
 use crate::gateway::Shared;
 use crate::llm::DeltaSink;
 
+mod request;
 mod stream;
 
 use stream::{StreamedReply, stream_reply};
@@ -32,8 +33,11 @@ use stream::{StreamedReply, stream_reply};
 /// Largest `POST /v1/chat/completions` body.
 const BODY_LIMIT: usize = 32 * 1024 * 1024;
 
-/// Longest a request waits for its reply.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest a request (or `switchboard chat`) waits for its reply; for a stream, longest
+/// without a piece of it. A turn's own limits (steps, LLM retries and timeouts, tool
+/// timeouts) bound it too, but may add up to hours as configured, so this is no bound on
+/// a turn: past it, the request gives up and its turn is stopped.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 struct Waiter {
     key: ChatKey,
@@ -108,18 +112,21 @@ impl ApiChannel {
     ) -> Result<OutboundMessage, String> {
         let id = msg.id.clone();
         let rx = self.wait_for(&id, &msg.key, None);
+        let key = msg.key.clone();
+        let (publishing, gone) = publish_withdrawable(bus, msg);
         let _guard = WaiterGuard {
             api: self,
             bus,
-            key: msg.key.clone(),
+            key,
             id,
             armed: true,
-            gone: None,
+            gone: Some(gone),
         };
-        match bus.publish(msg).await {
-            Ok(Published::Accepted) => {}
-            Ok(other) => return Err(format!("message not accepted: {other:?}")),
-            Err(e) => return Err(e.to_string()),
+        match publishing.await {
+            Ok(Ok(Published::Accepted)) => {}
+            Ok(Ok(other)) => return Err(format!("message not accepted: {other:?}")),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(e) => return Err(format!("the message could not be taken: {e}")),
         }
         match tokio::time::timeout(timeout, rx).await {
             // The model could not answer: the caller (`chat`) fails with that message.
@@ -157,6 +164,30 @@ impl ApiChannel {
             .insert(id.to_string(), waiter);
         rx
     }
+}
+
+/// Publish `msg` in a task of its own, which withdraws the message once it is queued should
+/// the flag returned be set by then: its waiter was gone while it was being stored (a
+/// [`WaiterGuard`] given the flag sets it when it leaves, and withdraws it itself later).
+fn publish_withdrawable(
+    bus: &Arc<crate::bus::Bus>,
+    msg: InboundMessage,
+) -> (
+    tokio::task::JoinHandle<Result<Published, crate::bus::BusError>>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (bus, key, id, flag) = (bus.clone(), msg.key.clone(), msg.id.clone(), gone.clone());
+    let publishing = tokio::spawn(async move {
+        let published = bus.publish(msg).await;
+        if matches!(published, Ok(Published::Accepted))
+            && flag.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            bus.withdraw(&key, &id);
+        }
+        published
+    });
+    (publishing, gone)
 }
 
 impl ApiChannel {
@@ -285,6 +316,15 @@ pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Respo
     )
 }
 
+/// A route's other methods (axum answers 405 with an `Allow` header): the JSON error shape.
+pub async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &format!("{method} is not allowed on {}", uri.path()),
+        "invalid_request_error",
+    )
+}
+
 /// The error response for a request the API's access rules refuse (see `access`).
 fn refused(headers: &HeaderMap, peer: SocketAddr) -> Option<Response> {
     let token = crate::config::secret("SWITCHBOARD_API_TOKEN");
@@ -303,57 +343,6 @@ pub async fn models(ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderM
         "data": [{"id": "switchboard", "object": "model", "created": 0, "owned_by": "switchboard"}],
     }))
     .into_response()
-}
-
-/// The text of the request's last message, the user's (string content or text parts; other
-/// parts, such as images, are named as left out).
-fn last_user_text(body: &Value) -> Result<String, String> {
-    let messages = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or("`messages` must be a non-empty array")?;
-    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_string);
-    // A system message after it (some clients add one) is passed over like the others.
-    let last = messages
-        .iter()
-        .rev()
-        .find(|m| !matches!(role(m).as_deref(), Some("system" | "developer")))
-        .ok_or("`messages` has no message with role `user`")?;
-    if role(last).as_deref() != Some("user") {
-        // An assistant's partial answer to continue, or a tool's result: an earlier user
-        // message would be answered again in their place.
-        return Err(
-            "the last message must have role `user`: the gateway keeps the \
-                    conversation itself and answers each new user message"
-                .into(),
-        );
-    }
-    match last.get("content") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => {
-            let mut texts: Vec<&str> = Vec::new();
-            let mut other = 0;
-            for p in parts {
-                match p.get("text").and_then(Value::as_str) {
-                    Some(t) => texts.push(t),
-                    None => other += 1,
-                }
-            }
-            let mut text = texts.join("\n");
-            if other > 0 {
-                let note = format!(
-                    "[{other} attachment(s), such as an image, left out: this API takes text only]"
-                );
-                text = if text.is_empty() {
-                    note
-                } else {
-                    format!("{text}\n\n{note}")
-                };
-            }
-            Ok(text)
-        }
-        _ => Err("the last user message has no text `content`".into()),
-    }
 }
 
 pub async fn chat_completions(
@@ -388,46 +377,18 @@ pub async fn chat_completions(
             };
         }
     };
-    let body: Value = match serde_json::from_slice(&body) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "the body must be a JSON object",
-                "invalid_request_error",
-            );
-        }
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("malformed JSON: {e}"),
-                "invalid_request_error",
-            );
-        }
-    };
-    let text = match last_user_text(&body) {
-        Ok(t) if !t.trim().is_empty() => t,
-        Ok(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "the last user message is empty",
-                "invalid_request_error",
-            );
-        }
+    let parsed = request::parse(&body);
+    // Let go of the body (up to 32 MiB) before the wait for the reply, which may be long.
+    drop(body);
+    let request::ChatRequest {
+        text,
+        user,
+        stream,
+        include_usage,
+        model,
+    } = match parsed {
+        Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e, "invalid_request_error"),
-    };
-    let user = match body.get("user") {
-        None | Some(Value::Null) => "default",
-        // Some clients always send the field, empty when they have no user.
-        Some(Value::String(u)) if u.trim().is_empty() => "default",
-        Some(Value::String(u)) => u.as_str(),
-        Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "`user` must be a string",
-                "invalid_request_error",
-            );
-        }
     };
     let key: ChatKey = match format!("api:{user}").parse() {
         Ok(k) => k,
@@ -439,29 +400,6 @@ pub async fn chat_completions(
             );
         }
     };
-    let stream = match body.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "`stream` must be true or false",
-                "invalid_request_error",
-            );
-        }
-    };
-    // As OpenAI: with `stream_options.include_usage` a last chunk before `[DONE]` reports
-    // the tokens used.
-    let include_usage = stream
-        && body
-            .pointer("/stream_options/include_usage")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("switchboard")
-        .to_string();
 
     let id = format!(
         "api:req:{:016x}{:016x}",
@@ -472,9 +410,9 @@ pub async fn chat_completions(
     // front passes on all its users (the owner may message any chat, read and change every
     // chat's reminders, and set them at any frequency).
     let sender = Sender {
-        id: user.to_string(),
+        id: user.clone(),
         username: None,
-        display_name: user.to_string(),
+        display_name: user,
         is_owner: false,
     };
     let mut msg = InboundMessage::text(id.clone(), key.clone(), sender, text);
@@ -488,22 +426,8 @@ pub async fn chat_completions(
         (None, None)
     };
     let reply_rx = shared.api.wait_for(&id, &key, delta_tx);
-    // Published by a task of its own, which withdraws the message once it is queued should
-    // its client be gone by then (the guard below withdraws it when it leaves later).
-    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let publishing = {
-        let (shared, key, id, gone) = (shared.clone(), key.clone(), id.clone(), gone.clone());
-        tokio::spawn(async move {
-            let published = shared.bus.publish(msg).await;
-            if matches!(published, Ok(Published::Accepted))
-                && gone.load(std::sync::atomic::Ordering::SeqCst)
-            {
-                shared.bus.withdraw(&key, &id);
-            }
-            published
-        })
-    };
-    // A client gone meanwhile is noticed (the task above then withdraws the message).
+    let (publishing, gone) = publish_withdrawable(&shared.bus, msg);
+    // A client gone meanwhile is noticed (the publishing task then withdraws the message).
     let guard = WaiterGuard {
         api: &shared.api,
         bus: &shared.bus,

@@ -67,7 +67,9 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/models", get(api::models));
     #[cfg(feature = "slack")]
     let r = r.route("/slack/events", post(slack_events));
-    r.layer(axum::extract::DefaultBodyLimit::max(2 * 1024 * 1024))
+    // After every route: it is set on each of them.
+    r.method_not_allowed_fallback(api::wrong_method)
+        .layer(axum::extract::DefaultBodyLimit::max(2 * 1024 * 1024))
         .fallback(api::no_route)
         .with_state(shared)
 }

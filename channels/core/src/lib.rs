@@ -32,7 +32,7 @@ pub use message::{
     Attachment, AttachmentKind, InboundMessage, Origin, OutboundKind, OutboundMessage, Sender,
     SystemOrigin, TokenUsage, command_name, human_size,
 };
-pub use redact::{redact, redact_owned};
+pub use redact::{StreamRedactor, redact, redact_owned};
 
 /// Longest inbound text accepted; longer texts are cut here with a note (DESIGN §11).
 pub const MAX_INBOUND_CHARS: usize = 32_000;

@@ -80,6 +80,51 @@ pub fn redact_owned(text: String) -> String {
     }
 }
 
+/// Redacts text that arrives in pieces (a streamed answer), for pieces to go out as they
+/// come: a secret split across pieces is hidden whole. Text that may be the start of a
+/// secret (a proper prefix of one at the end of what came) is held back until the next
+/// piece shows what it is.
+#[derive(Debug, Default)]
+pub struct StreamRedactor {
+    /// Text come but not let out yet.
+    held: String,
+}
+
+impl StreamRedactor {
+    /// Take `piece`; the redacted text that may go out now (empty while all is held).
+    pub fn push(&mut self, piece: &str) -> String {
+        self.held.push_str(piece);
+        let start = held_from(&self.held);
+        // A whole secret across that point goes whole, with what is held.
+        let cut = safe_cut(&self.held, start);
+        let out = redact(&self.held[..cut]).into_owned();
+        self.held.drain(..cut);
+        out
+    }
+
+    /// The text held back, unredacted: at most a secret and the start of another. Once no
+    /// more comes, [`redact`] it to let it out, or drop it if the text was cut off.
+    pub fn held(&self) -> &str {
+        &self.held
+    }
+}
+
+/// Where the end of `text` may be the start of a registered secret (`text.len()` if not).
+fn held_from(text: &str) -> usize {
+    let all = SECRETS.read().unwrap_or_else(|p| p.into_inner());
+    // Sorted longest first: a proper prefix is shorter than the longest.
+    let longest = all.first().map_or(0, String::len);
+    let bytes = text.as_bytes();
+    (text.len().saturating_sub(longest.saturating_sub(1))..text.len())
+        .filter(|&i| text.is_char_boundary(i))
+        .find(|&i| {
+            let tail = &bytes[i..];
+            all.iter()
+                .any(|s| s.len() > tail.len() && s.as_bytes().starts_with(tail))
+        })
+        .unwrap_or(text.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +160,31 @@ mod tests {
             redact("auth: Bot inner-secret-value-and-more; inner-secret-value"),
             "auth: [redacted]; [redacted]"
         );
+    }
+
+    #[test]
+    fn a_secret_split_across_pieces_is_hidden_whole() {
+        register("sk-stream-secret-0123456789");
+        let mut r = StreamRedactor::default();
+        let text = "Here: sk-stream-secret-0123456789 and sk-stream-secret-0123456789, done sk";
+        let mut out = String::new();
+        for piece in text.as_bytes().chunks(4) {
+            let sent = r.push(std::str::from_utf8(piece).unwrap());
+            assert!(!sent.contains("0123"), "{sent}");
+            out.push_str(&sent);
+        }
+        assert_eq!(out, "Here: [redacted] and [redacted], done ");
+        assert_eq!(r.held(), "sk", "the start of a secret waits");
+        // Text that is not a secret goes at once, whole.
+        assert_eq!(r.push("y is blue"), "sky is blue");
+        assert_eq!(r.held(), "");
+        assert_eq!(r.push("é sk-stream-"), "é ");
+        assert_eq!(r.push("secret-012345"), "");
+        assert_eq!(
+            redact(r.held()),
+            "sk-stream-secret-012345",
+            "cut off: not one"
+        );
+        assert_eq!(r.push("6789."), "[redacted].");
     }
 }
