@@ -108,6 +108,16 @@ impl Group {
     }
 }
 
+/// Append `bytes` to the journal and wait until they are on disk.
+fn append(shared: &Shared, active: &mut Active, bytes: &[u8]) -> Result<(), String> {
+    #[cfg(test)]
+    if shared.refuse_appends.load(Ordering::Relaxed) {
+        return Err("No space left on device (os error 28)".into());
+    }
+    let _ = shared;
+    active.append(bytes).map_err(|e| e.to_string())
+}
+
 /// The writer thread: take the queued commits (up to [`MAX_GROUP`]), append them and the
 /// pending direct writes to the journal with one `fdatasync`, apply the commits to sled,
 /// answer all; now and then start a new journal file and hand the old one to the
@@ -181,16 +191,29 @@ pub(super) fn writer(
         // The direct writes made before this point (so before every flush request just
         // taken) go first: they are in sled already, and the group's commits are not.
         std::mem::swap(&mut *lock(&shared.pending), &mut bytes);
+        let direct = bytes.len();
         bytes.extend_from_slice(&commits);
         commits.clear();
         let durable = if bytes.is_empty() {
             Ok(())
         } else {
             let started = Instant::now();
-            let appended = active.append(&bytes).map_err(|e| e.to_string());
+            let appended = append(shared, &mut active, &bytes);
             shared.syncs.observe(started.elapsed());
             appended
         };
+        *shared
+            .append_failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = durable.as_ref().err().cloned();
+        if durable.is_err() && direct > 0 {
+            // The direct writes are in sled already, and only the journal makes them
+            // durable: they go with the next append, ahead of any made since.
+            let mut pending = lock(&shared.pending);
+            let since = std::mem::take(&mut *pending);
+            pending.extend_from_slice(&bytes[..direct]);
+            pending.extend_from_slice(&since);
+        }
         bytes.clear();
         if bytes.capacity() > 1024 * 1024 {
             bytes = Vec::new();

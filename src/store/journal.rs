@@ -10,8 +10,11 @@
 //! A record: payload length (u32 LE), CRC-32 of the payload (u32 LE), payload. Payload:
 //! each write: kind (1 put, 2 delete), tree (index into
 //! [`Tree::ALL`]), key length (u32 LE), key, and for a put value length (u32 LE), value.
-//! A torn or corrupt record ends the replay: it can only be the tail that was being
-//! written when the process died, which no caller was told was durable.
+//! A record that runs past the end of the last file, or the last record of it failing its
+//! check, is the tail that was being written when the process died, which no caller was
+//! told was durable: the replay ends there. A whole record that fails its check with more
+//! records after it is damage (the disk, or a hand): it is skipped, the records after it
+//! are applied, and the file is kept aside (see `sled_store.rs`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -57,29 +60,66 @@ fn tree_index(t: Tree) -> u8 {
     Tree::ALL.iter().position(|x| *x == t).unwrap_or(0) as u8
 }
 
-/// The batches at the start of `bytes`, up to the first torn or corrupt record; and
-/// whether the bytes ended cleanly.
-pub fn decode(bytes: &[u8]) -> (Vec<Vec<Op>>, bool) {
-    let mut out = Vec::new();
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let Some(record) = decode_one(&mut rest) else {
-            return (out, false);
-        };
-        out.push(record);
-    }
-    (out, true)
+/// What [`decode`] read from a file.
+#[derive(Debug, Default, PartialEq)]
+pub struct Decoded {
+    /// The batches, in order.
+    pub records: Vec<Vec<Op>>,
+    /// The bytes end in a record cut short, or in one that fails its check: a write the
+    /// process died in (if this is the last file).
+    pub torn: bool,
+    /// Whole records followed by others that failed their check, skipped.
+    pub damaged: usize,
 }
 
-fn decode_one(rest: &mut &[u8]) -> Option<Vec<Op>> {
-    let len = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-    let crc = u32::from_le_bytes(rest.get(4..HEADER)?.try_into().ok()?);
-    let payload = rest.get(HEADER..HEADER + len)?;
-    if crc32fast::hash(payload) != crc {
-        return None;
+/// Why a record did not decode.
+enum Bad {
+    /// It runs past the end of the bytes.
+    Short,
+    /// It is whole (`len` bytes of payload) but fails its check.
+    Damaged { len: usize },
+}
+
+/// The batches in `bytes` (see [`Decoded`]).
+pub fn decode(bytes: &[u8]) -> Decoded {
+    let mut out = Decoded::default();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match decode_one(&mut rest) {
+            Ok(record) => out.records.push(record),
+            Err(Bad::Short) => {
+                out.torn = true;
+                break;
+            }
+            Err(Bad::Damaged { len }) => {
+                if HEADER + len >= rest.len() {
+                    out.torn = true;
+                    break;
+                }
+                out.damaged += 1;
+                rest = &rest[HEADER + len..];
+            }
+        }
     }
+    out
+}
+
+fn decode_one(rest: &mut &[u8]) -> Result<Vec<Op>, Bad> {
+    let header = rest.get(..HEADER).ok_or(Bad::Short)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let payload = rest.get(HEADER..HEADER + len).ok_or(Bad::Short)?;
+    let damaged = Bad::Damaged { len };
+    if crc32fast::hash(payload) != crc {
+        return Err(damaged);
+    }
+    let ops = parse(payload).ok_or(damaged)?;
     *rest = &rest[HEADER + len..];
-    let mut p = payload;
+    Ok(ops)
+}
+
+/// The writes of a record's payload.
+fn parse(mut p: &[u8]) -> Option<Vec<Op>> {
     let mut ops = Vec::new();
     while !p.is_empty() {
         let head = take(&mut p, 2)?;
@@ -203,18 +243,32 @@ mod tests {
         let mut buf = Vec::new();
         encode(&mut buf, &ops);
         encode(&mut buf, &ops[..1]);
-        let (records, clean) = decode(&buf);
-        assert!(clean);
-        assert_eq!(records, vec![ops.clone(), ops[..1].to_vec()]);
-        // The second record cut short, then corrupted: only the first survives.
-        let (records, clean) = decode(&buf[..buf.len() - 3]);
-        assert!(!clean);
-        assert_eq!(records.len(), 1);
+        let d = decode(&buf);
+        assert!(!d.torn && d.damaged == 0);
+        assert_eq!(d.records, vec![ops.clone(), ops[..1].to_vec()]);
+        // The second record cut short, or its end unwritten: only the first survives.
+        let d = decode(&buf[..buf.len() - 3]);
+        assert!(d.torn && d.damaged == 0);
+        assert_eq!(d.records.len(), 1);
         let mut bad = buf.clone();
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
-        let (records, clean) = decode(&bad);
-        assert!(!clean);
-        assert_eq!(records.len(), 1);
+        let d = decode(&bad);
+        assert!(d.torn && d.damaged == 0);
+        assert_eq!(d.records.len(), 1);
+    }
+
+    #[test]
+    fn a_damaged_record_in_the_middle_is_skipped_and_the_ones_after_it_read() {
+        let put = |k: &str| Op::Put(Tree::Inbox, k.into(), b"v".to_vec());
+        let mut buf = Vec::new();
+        encode(&mut buf, &[put("a")]);
+        let second = buf.len();
+        encode(&mut buf, &[put("b")]);
+        encode(&mut buf, &[put("c")]);
+        buf[second + HEADER + 3] ^= 0x01;
+        let d = decode(&buf);
+        assert_eq!(d.records, vec![vec![put("a")], vec![put("c")]]);
+        assert_eq!((d.torn, d.damaged), (false, 1));
     }
 }

@@ -70,9 +70,14 @@ pub(super) struct Shared {
     /// A journalled batch could not be applied to sled (which may hold part of it): from
     /// then on no journal file is deleted, so the next start applies them again.
     pub(super) sled_failed: AtomicBool,
+    /// The last journal append failed (a full disk): why, until one succeeds.
+    pub(super) append_failed: Mutex<Option<String>>,
     /// Tests: sled refuses every write the writer applies, as a full disk would.
     #[cfg(test)]
     pub(super) refuse_writes: AtomicBool,
+    /// Tests: every journal append fails, as on a full disk.
+    #[cfg(test)]
+    pub(super) refuse_appends: AtomicBool,
 }
 
 impl SledStore {
@@ -165,8 +170,11 @@ impl SledStore {
             syncs,
             timing,
             sled_failed: AtomicBool::new(false),
+            append_failed: Mutex::new(None),
             #[cfg(test)]
             refuse_writes: AtomicBool::new(false),
+            #[cfg(test)]
+            refuse_appends: AtomicBool::new(false),
         });
         let (tx, rx) = mpsc::channel();
         let (ctx, crx) = mpsc::channel();
@@ -252,15 +260,25 @@ fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result<Active, St
     let mut replayed = 0usize;
     for (i, (_, path)) in files.iter().enumerate() {
         let bytes = std::fs::read(path).map_err(backend)?;
-        let (records, clean) = journal::decode(&bytes);
-        if !clean {
-            tracing::warn!(file = %path.display(), later_files = files.len() - i - 1,
+        let decoded = journal::decode(&bytes);
+        let last = i + 1 == files.len();
+        if decoded.damaged > 0 || (decoded.torn && !last) {
+            // Not what a crash leaves: the disk (or a hand) changed it. Kept for a look; the
+            // batches that did check out are applied.
+            let kept = path.with_extension("log.damaged");
+            let copied = std::fs::copy(path, &kept).map_err(backend);
+            tracing::error!(file = %path.display(), damaged_records = decoded.damaged,
+                cut_short_before_a_later_file = decoded.torn && !last,
+                kept = %kept.display(), copied = copied.is_ok(),
+                "store: the journal has damaged records (disk or file corruption): the batches in them are lost, the others were applied; a copy of the file is kept");
+        } else if decoded.torn {
+            tracing::warn!(file = %path.display(),
                 "store: the journal ends in a record cut short (a write the crash interrupted, never reported durable); it is skipped");
         }
-        for ops in &records {
+        for ops in &decoded.records {
             write(trees, ops)?;
         }
-        replayed += records.len();
+        replayed += decoded.records.len();
     }
     if replayed > 0 {
         tracing::info!(batches = replayed, "store: applied the journal again");
@@ -338,10 +356,17 @@ impl Shared {
 #[async_trait]
 impl Store for SledStore {
     fn unwritable(&self) -> Option<String> {
-        self.shared
-            .sled_failed
-            .load(Ordering::Relaxed)
-            .then(|| super::group_commit::READ_ONLY.to_string())
+        if self.shared.sled_failed.load(Ordering::Relaxed) {
+            return Some(super::group_commit::READ_ONLY.to_string());
+        }
+        let failed = self
+            .shared
+            .append_failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        failed
+            .as_ref()
+            .map(|e| format!("the last journal write failed ({e}); writes fail until one succeeds"))
     }
 
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {

@@ -190,6 +190,36 @@ async fn a_record_cut_short_by_a_crash_is_skipped_and_the_store_opens() {
     assert!(meta(&s, "after").is_some());
 }
 
+#[tokio::test]
+async fn a_damaged_record_loses_only_its_batch_and_the_file_is_kept_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(SledStore::open(dir.path()).unwrap());
+    let jdir = dir.path().join("journal");
+    let put = |k: &str| Op::Put(Tree::Meta, k.into(), "1".into());
+    let mut bytes = Vec::new();
+    journal::encode(&mut bytes, &[put("before")]);
+    let damaged_at = bytes.len() + 12;
+    journal::encode(&mut bytes, &[put("damaged")]);
+    journal::encode(&mut bytes, &[put("after")]);
+    bytes[damaged_at] ^= 0x20;
+    std::fs::write(journal::path_of(&jdir, 3), &bytes).unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    assert!(meta(&s, "before").is_some());
+    assert!(meta(&s, "damaged").is_none());
+    assert!(
+        meta(&s, "after").is_some(),
+        "the batches after the damage are applied"
+    );
+    let kept = journal::path_of(&jdir, 3).with_extension("log.damaged");
+    assert_eq!(
+        std::fs::read(&kept).unwrap(),
+        bytes,
+        "the file is kept as it was"
+    );
+    commit_meta(&s, &[("later", "1")]).await;
+    assert!(kept.exists(), "not cleaned up with the journal");
+}
+
 /// Bytes in the journal files of the store in `dir`.
 fn journal_bytes(dir: &Path) -> u64 {
     journal::files(&dir.join("journal"))
@@ -258,6 +288,35 @@ async fn a_quiet_store_folds_its_journal_into_sled() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(meta(&s, "a").as_deref(), Some(&b"1"[..]));
+}
+
+#[tokio::test]
+async fn a_failed_journal_append_shows_in_readyz_and_its_direct_writes_go_with_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    // A direct write (a delivered mark, say), then a commit whose append fails.
+    (&s as &dyn crate::store::Store)
+        .put(Tree::Meta, b"direct", b"1")
+        .unwrap();
+    s.shared.refuse_appends.store(true, Ordering::Relaxed);
+    let mut b = Batch::default();
+    b.put(Tree::Meta, "refused", "1");
+    let err = s.commit(b).await.unwrap_err();
+    assert!(err.to_string().contains("journal write failed"), "{err}");
+    // `/readyz` says so until an append succeeds.
+    let why = s.unwritable().expect("unwritable while appends fail");
+    assert!(why.contains("No space left"), "{why}");
+    s.shared.refuse_appends.store(false, Ordering::Relaxed);
+    commit_meta(&s, &[("later", "1")]).await;
+    assert_eq!(s.unwritable(), None);
+    // A crash now: only the journal holds the direct write.
+    std::mem::forget(s);
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), copy.path());
+    let s = SledStore::open(copy.path()).unwrap();
+    assert_eq!(meta(&s, "later").as_deref(), Some(&b"1"[..]));
+    assert_eq!(meta(&s, "direct").as_deref(), Some(&b"1"[..]));
+    assert_eq!(meta(&s, "refused"), None);
 }
 
 #[tokio::test]
