@@ -108,6 +108,45 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Re-arm from `now` the recurring jobs armed from a later time than `now`: the clock
+    /// was ahead and has been put back, and they would otherwise wait for it to catch up (a
+    /// day, after a clock a day ahead). A job armed normally is untouched: no run of its
+    /// schedule falls between `now` and its next run. Returns how many were re-armed.
+    pub(super) async fn rearm_if_ahead(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, StoreError> {
+        let _w = self.writes.lock().await;
+        let mut batch = Batch::default();
+        let mut rearmed = 0;
+        for old in self.list(None) {
+            if !old.enabled || matches!(old.schedule, Schedule::At { .. }) {
+                continue;
+            }
+            let (Some(next), Some(fresh)) =
+                (old.next_run, next_after(&old.schedule, old.tz(), now))
+            else {
+                continue;
+            };
+            if fresh >= next {
+                continue;
+            }
+            tracing::warn!(id = %old.id, was = %next, now = %fresh,
+                "cron job armed from a clock that was ahead; armed again");
+            let new = Job {
+                next_run: Some(fresh),
+                ..old.clone()
+            };
+            index::write(&mut batch, Some(&old), None)?;
+            index::write(&mut batch, None, Some(&new))?;
+            rearmed += 1;
+        }
+        if rearmed > 0 {
+            self.store.commit(batch).await?;
+        }
+        Ok(rearmed)
+    }
+
     /// A job for a chat no channel serves would cost a model call at every run and keep
     /// its reply for ever: its key must name a channel of this build (or one registered on
     /// the bus, like the tests' own).

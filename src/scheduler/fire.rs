@@ -23,6 +23,8 @@ use crate::store::Batch;
 
 /// Longest single sleep, so a wall-clock jump (NTP, suspend) is noticed within a minute.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
+/// The clock going back by more than this makes the jobs armed while it was ahead re-armed.
+const CLOCK_BACK_MS: i64 = 60_000;
 /// Wait before retrying a round whose writes the store refused.
 const STORE_RETRY: Duration = Duration::from_secs(1);
 /// Jobs taken from the index per round.
@@ -45,8 +47,17 @@ impl Scheduler {
             Ok(()) => tracing::info!("scheduler started"),
             Err(e) => tracing::error!("scheduler cannot read its jobs: {e}"),
         }
+        // At start, and whenever the clock is seen going back: jobs armed while it was ahead.
+        let mut latest: Option<i64> = None;
         loop {
             let now = self.clock.now().timestamp_millis();
+            if latest.is_none_or(|l| now < l.saturating_sub(CLOCK_BACK_MS)) {
+                if let Err(e) = self.rearm_if_ahead(self.clock.now()).await {
+                    tracing::error!("cannot re-arm the cron jobs after the clock went back: {e}");
+                }
+                latest = Some(now);
+            }
+            latest = latest.max(Some(now));
             let first = index::first(self.store.as_ref()).unwrap_or_else(|e| {
                 tracing::error!("cannot read the cron index: {e}");
                 None
