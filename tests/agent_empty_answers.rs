@@ -91,3 +91,21 @@ async fn a_heartbeat_with_nothing_to_say_stays_silent_and_a_person_is_told() {
     assert_eq!(out.replies[0].kind, OutboundKind::Error);
     assert!(out.replies[0].text.contains("empty answer"));
 }
+
+#[tokio::test]
+async fn an_answer_given_beside_a_tool_call_stands_when_the_last_round_is_empty() {
+    let h = Harness::new().await;
+    h.llm
+        .push(Reply::text("The answer is 42.").with_tool_call("list_dir", json!({"path": "."})));
+    h.llm.push(Reply::empty());
+    let out = turn(&h.agent(), &h.store, msg("t:1", "what is the answer?")).await;
+    assert_eq!(h.llm.request_count(), 2);
+    assert_eq!(out.replies.len(), 1, "{:?}", out.replies);
+    assert_eq!(out.replies[0].kind, OutboundKind::Final);
+    assert_eq!(out.replies[0].text, "The answer is 42.");
+    let s = stored_session(&h.store);
+    let stored = s["messages"].as_array().unwrap();
+    let roles: Vec<&str> = stored.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(stored[3]["content"], "The answer is 42.");
+}

@@ -146,10 +146,7 @@ pub async fn run(
         };
         metrics.llm_requests.fetch_add(1, Ordering::Relaxed);
         // Text an earlier round streamed ("Let me check.") is set apart from this round's.
-        let said_before = state
-            .produced
-            .iter()
-            .any(|m| m.role == Role::Assistant && !m.content.trim().is_empty());
+        let said_before = last_said(&state.produced).is_some();
         let round_sink = match &sink {
             Some(s) if said_before => Some(separated(s.clone())),
             other => other.clone(),
@@ -185,10 +182,17 @@ pub async fn run(
                 state.iteration -= 1;
                 continue;
             }
+            // A model that gave its answer beside a tool call ("The answer is 42." and a
+            // look at a folder) may end with nothing more to say: the answer it gave
+            // stands, rather than an empty reply.
+            let text = match last_said(&state.produced) {
+                Some(said) if resp.text.trim().is_empty() => said.to_string(),
+                _ => resp.text,
+            };
             state
                 .produced
-                .push(ChatMessage::new(Role::Assistant, resp.text.clone()));
-            return LoopEnd::Answer(resp.text);
+                .push(ChatMessage::new(Role::Assistant, text.clone()));
+            return LoopEnd::Answer(text);
         }
         let mut call_msg = ChatMessage::new(Role::Assistant, resp.text.clone());
         call_msg.tool_calls = resp.tool_calls.clone();
@@ -244,6 +248,15 @@ pub async fn run(
         .produced
         .push(ChatMessage::new(Role::Assistant, note.clone()));
     LoopEnd::Limit(note)
+}
+
+/// The last text the model said in `produced` (beside a tool call), if it said any.
+fn last_said(produced: &[ChatMessage]) -> Option<&str> {
+    produced
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant && !m.content.trim().is_empty())
+        .map(|m| m.content.as_str())
 }
 
 /// `sink` with a paragraph break before its first piece of text.
