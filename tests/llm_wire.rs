@@ -1,6 +1,7 @@
 //! The providers against what real servers do on the wire: Ollama's parallel tool calls,
 //! OpenAI's quota refusals and reasoning models' `max_completion_tokens`, strict chat
-//! templates that take one system message only, and slow but steady streams.
+//! templates that take one system message only, slow but steady streams, and answers cut
+//! off by `max_tokens`.
 
 mod agent_support;
 
@@ -273,4 +274,31 @@ async fn a_slow_steady_stream_outlasts_the_request_timeout_but_a_stall_does_not(
         let e = provider.complete(&request("m"), None).await.unwrap_err();
         assert!(e.is_retryable(), "{e:?}");
     }
+}
+
+#[tokio::test]
+async fn anthropic_says_when_max_tokens_cut_a_call_and_takes_its_text_back() {
+    let llm = FakeLlm::start().await;
+    let p = Anthropic::new(&llm.url(), Some("k".into()), SECS_10).unwrap();
+    let cut = r#"{"path":"story.md","content":"Once upon a"#;
+    llm.push(Reply::calls([switchboard_fakes::llm::ToolCall::raw("write_file", cut)]).truncated());
+    let r = p
+        .complete(&request("claude-sonnet-4-5"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.finish_reason, "max_tokens");
+    assert!(r.cut_off());
+    assert_eq!(r.tool_calls[0].arguments, cut);
+
+    let mut req = request("claude-sonnet-4-5");
+    let mut call = ChatMessage::new(Role::Assistant, "");
+    call.tool_calls = r.tool_calls.clone();
+    let mut result = ChatMessage::new(Role::Tool, "error: cut off");
+    result.tool_call_id = Some(r.tool_calls[0].id.clone());
+    req.messages.extend([call, result]);
+    llm.push(Reply::text("in parts, then"));
+    p.complete(&req, None).await.unwrap();
+    let sent = &llm.requests()[1].body["messages"][1]["content"][0];
+    assert_eq!(sent["type"], "tool_use");
+    assert_eq!(sent["input"], json!({"unparsed_arguments": cut}));
 }

@@ -48,6 +48,16 @@ pub struct LoopState {
 /// The result given to tool calls `/stop` (or shutdown) cut off or kept from running.
 const STOPPED: &str = "cancelled: the user stopped this turn";
 
+/// The result of a call whose arguments the output token limit cut off: run as invalid
+/// JSON, the model would be told only that, and send the same too-long call again.
+const CUT_OFF: &str = "error: not run: this call was cut off by the output token limit (max_tokens) before its arguments were complete. Send smaller pieces: split long content over several calls (e.g. write the first part of a file, then add the rest with further calls).";
+
+/// Whether a call's arguments are whole: a JSON object (or none at all).
+fn whole_arguments(arguments: &str) -> bool {
+    arguments.trim().is_empty()
+        || serde_json::from_str::<serde_json::Value>(arguments).is_ok_and(|v| v.is_object())
+}
+
 /// Saves the loop's progress (a turn's, see `resume`); awaited before the loop goes on,
 /// so what a tool did is on disk before the next one runs.
 pub type Progress<'a> = dyn Fn(&LoopState) -> BoxFuture<'static, ()> + Send + Sync + 'a;
@@ -205,6 +215,8 @@ pub async fn run(
             let content = if cancelled || ctx.cancel.is_cancelled() {
                 cancelled = true;
                 STOPPED.to_string()
+            } else if resp.cut_off() && !whole_arguments(&call.arguments) {
+                CUT_OFF.to_string()
             } else {
                 let result = tokio::select! {
                     // A tool that ends because its turn was cancelled (`exec` kills its

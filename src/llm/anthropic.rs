@@ -72,10 +72,7 @@ impl Anthropic {
                         blocks.push(json!({"type": "text", "text": m.content}));
                     }
                     for c in &m.tool_calls {
-                        let input = serde_json::from_str::<Value>(&c.arguments)
-                            .ok()
-                            .filter(Value::is_object)
-                            .unwrap_or_else(|| json!({}));
+                        let input = super::arguments_object(&c.arguments);
                         blocks.push(
                             json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
                         );

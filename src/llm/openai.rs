@@ -4,6 +4,7 @@
 //! chat templates, Qwen's on vLLM and llama.cpp, refuse any later one), and `max_tokens`,
 //! or `max_completion_tokens` for the models that refuse it (OpenAI's o-series, gpt-5).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -134,9 +135,9 @@ impl OpenAi {
                             // off at max_tokens, or empty): some servers (Ollama, vLLM
                             // templates) refuse such a history with a 400 on every later turn.
                             arguments: if sent_as_object(&c.arguments) {
-                                &c.arguments
+                                Cow::Borrowed(c.arguments.as_str())
                             } else {
-                                "{}"
+                                Cow::Owned(super::arguments_object(&c.arguments).to_string())
                             },
                         },
                     })
@@ -212,7 +213,7 @@ fn sent_as_object(arguments: &str) -> bool {
 #[derive(Serialize)]
 struct FnJson<'a> {
     name: &'a str,
-    arguments: &'a str,
+    arguments: Cow<'a, str>,
 }
 
 #[derive(Serialize)]
