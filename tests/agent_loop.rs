@@ -522,3 +522,35 @@ async fn stop_keeps_a_valid_history_with_cancelled_results() {
             .starts_with("cancelled")
     );
 }
+
+#[tokio::test]
+async fn a_stop_before_the_first_answer_never_sends_two_user_messages_in_a_row() {
+    let h = Harness::new().await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let agent = h.agent().with_shutdown(shutdown.clone());
+    // The model is still thinking when the user sends /stop.
+    h.llm
+        .push(Reply::text("too late").with_delay(Duration::from_secs(60)));
+    let inp = input(msg("t:1", "write a poem"));
+    let cancel = inp.cancel.clone();
+    let llm = h.llm.clone();
+    tokio::spawn(async move {
+        llm.wait_for_requests(1, Duration::from_secs(5))
+            .await
+            .unwrap();
+        cancel.cancel();
+    });
+    let out = switchboard::bus::TurnHandler::handle(&agent, inp)
+        .await
+        .expect("a /stop finishes the turn");
+    assert!(out.replies.is_empty());
+    h.store.apply(out.writes).unwrap();
+
+    h.llm.push(Reply::text("Here is a haiku."));
+    let out = turn(&agent, &h.store, msg("t:2", "a short one")).await;
+    assert_eq!(out.replies[0].text, "Here is a haiku.");
+    let sent = messages(&h.llm.requests()[1].body);
+    let roles: Vec<&str> = sent.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user"], "{sent:?}");
+    assert_eq!(sent[1]["content"], "write a poem\n\na short one");
+}

@@ -106,7 +106,7 @@ impl OpenAi {
         if !system.is_empty() {
             messages.push(Msg {
                 role: "system",
-                content: Some(system),
+                content: Some(Cow::Borrowed(system)),
                 tool_calls: Vec::new(),
                 tool_call_id: None,
             });
@@ -119,10 +119,21 @@ impl OpenAi {
                 Role::Assistant => "assistant",
                 Role::Tool => "tool",
             };
+            // Two user messages in a row (one a `/stop` cut off before any answer, then
+            // the next) travel as one: strict chat templates want the roles to alternate
+            // and refuse every later turn otherwise.
+            if let (Role::User, Some(prev)) = (m.role, messages.last_mut()) {
+                if prev.role == "user" {
+                    let joined = prev.content.get_or_insert_default().to_mut();
+                    joined.push_str("\n\n");
+                    joined.push_str(&m.content);
+                    continue;
+                }
+            }
             messages.push(Msg {
                 role,
                 content: (m.tool_calls.is_empty() || !m.content.is_empty())
-                    .then_some(m.content.as_str()),
+                    .then_some(Cow::Borrowed(m.content.as_str())),
                 tool_calls: m
                     .tool_calls
                     .iter()
@@ -190,7 +201,7 @@ struct Body<'a> {
 struct Msg<'a> {
     role: &'static str,
     /// `null` for an assistant message that only calls tools.
-    content: Option<&'a str>,
+    content: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<CallJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
