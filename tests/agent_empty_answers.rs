@@ -109,3 +109,23 @@ async fn an_answer_given_beside_a_tool_call_stands_when_the_last_round_is_empty(
     assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
     assert_eq!(stored[3]["content"], "The answer is 42.");
 }
+
+#[tokio::test]
+async fn an_empty_answer_in_the_history_goes_back_as_no_answer_not_as_empty_text() {
+    let h = Harness::new().await;
+    // Tools ran, then the model said nothing: stored as an empty answer.
+    h.llm
+        .push(Reply::tool_call("list_dir", json!({"path": "."})));
+    h.llm.push(Reply::empty());
+    let out = turn(&h.agent(), &h.store, msg("t:1", "tidy up")).await;
+    assert!(out.replies.is_empty(), "{:?}", out.replies);
+    h.llm.push(Reply::text("Done."));
+    turn(&h.agent(), &h.store, msg("t:2", "did you?")).await;
+    let sent = messages(&h.llm.requests()[2].body);
+    let answers: Vec<&serde_json::Value> = sent
+        .iter()
+        .filter(|m| m["role"] == "assistant" && m.get("tool_calls").is_none())
+        .collect();
+    assert_eq!(answers.len(), 1, "{sent:?}");
+    assert_eq!(answers[0]["content"], "(no answer)");
+}

@@ -68,7 +68,7 @@ impl Anthropic {
                 }
                 Role::Assistant => {
                     let mut blocks = Vec::new();
-                    if !m.content.is_empty() {
+                    if !m.content.trim().is_empty() {
                         blocks.push(json!({"type": "text", "text": m.content}));
                     }
                     for c in &m.tool_calls {
@@ -78,7 +78,7 @@ impl Anthropic {
                         );
                     }
                     if blocks.is_empty() {
-                        blocks.push(json!({"type": "text", "text": "(no answer)"}));
+                        blocks.push(json!({"type": "text", "text": super::NO_ANSWER}));
                     }
                     ("assistant", blocks)
                 }

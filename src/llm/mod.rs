@@ -111,6 +111,11 @@ impl LlmResponse {
     }
 }
 
+/// What an assistant message without text or tool calls is sent back as: providers and
+/// strict chat templates refuse an empty assistant turn, and an empty one teaches the model
+/// that saying nothing is an answer.
+pub(crate) const NO_ANSWER: &str = "(no answer)";
+
 /// A tool call's arguments as the JSON object a provider takes back in the history: as the
 /// model wrote them, `{}` when it wrote none, and otherwise (cut off by the output limit,
 /// or not JSON) the model's text kept whole under `unparsed_arguments`: the model sees

@@ -130,10 +130,15 @@ impl OpenAi {
                     continue;
                 }
             }
+            let content = match m.role {
+                Role::Assistant if m.content.trim().is_empty() => {
+                    m.tool_calls.is_empty().then_some(super::NO_ANSWER)
+                }
+                _ => Some(m.content.as_str()),
+            };
             messages.push(Msg {
                 role,
-                content: (m.tool_calls.is_empty() || !m.content.is_empty())
-                    .then_some(Cow::Borrowed(m.content.as_str())),
+                content: content.map(Cow::Borrowed),
                 tool_calls: m
                     .tool_calls
                     .iter()
