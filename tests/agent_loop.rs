@@ -114,6 +114,25 @@ async fn iteration_limit_gives_an_honest_message() {
     );
 }
 
+#[tokio::test]
+async fn the_last_step_offers_no_tools_so_the_model_answers() {
+    let h = Harness::with(|c| c.agent.max_iterations = 3).await;
+    // A model that calls a tool whenever it is offered one.
+    h.llm.set_responder(|body| match body.get("tools") {
+        Some(_) => Reply::tool_call("list_dir", json!({"path": "."})),
+        None => Reply::text("Here is what I found."),
+    });
+    let out = turn(&h.agent(), &h.store, msg("t:1", "look around")).await;
+    assert_eq!(out.replies[0].text, "Here is what I found.");
+    let offered: Vec<bool> = h
+        .llm
+        .requests()
+        .iter()
+        .map(|r| r.body.get("tools").is_some())
+        .collect();
+    assert_eq!(offered, [true, true, false]);
+}
+
 /// A tool that never finishes; `started` fires when it is called.
 #[derive(Default)]
 struct Slow {

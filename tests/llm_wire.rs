@@ -302,3 +302,22 @@ async fn anthropic_says_when_max_tokens_cut_a_call_and_takes_its_text_back() {
     assert_eq!(sent["type"], "tool_use");
     assert_eq!(sent["input"], json!({"unparsed_arguments": cut}));
 }
+
+#[tokio::test]
+async fn a_request_that_must_be_answered_calls_no_tool_on_either_api() {
+    let llm = FakeLlm::start().await;
+    let mut req = request("m");
+    req.answer_only = true;
+    openai(&llm, SECS_10).complete(&req, None).await.unwrap();
+    let body = &llm.requests()[0].body;
+    assert!(body.get("tools").is_none(), "{body}");
+    // Anthropic refuses tool_use blocks in the history without the tools described.
+    let anthropic = Anthropic::new(&llm.url(), Some("k".into()), SECS_10).unwrap();
+    anthropic.complete(&req, None).await.unwrap();
+    let body = &llm.requests()[1].body;
+    assert_eq!(body["tools"][0]["name"], "read_file");
+    assert_eq!(body["tool_choice"], json!({"type": "none"}));
+    req.answer_only = false;
+    anthropic.complete(&req, None).await.unwrap();
+    assert!(llm.requests()[2].body.get("tool_choice").is_none());
+}

@@ -152,6 +152,8 @@ pub async fn run(
             system_dynamic: spec.system_dynamic.clone(),
             messages,
             tools: specs.clone(),
+            // The last step's calls could not be followed by an answer: it must answer.
+            answer_only: state.iteration == spec.max_iterations,
             max_tokens: spec.max_tokens,
         };
         metrics.llm_requests.fetch_add(1, Ordering::Relaxed);

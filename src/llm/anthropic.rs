@@ -126,6 +126,11 @@ impl Anthropic {
                 .iter()
                 .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
                 .collect();
+            // Still described (the API refuses `tool_use` blocks in the history without
+            // them), but not to be called.
+            if req.answer_only {
+                body["tool_choice"] = json!({"type": "none"});
+            }
         }
         body
     }

@@ -84,6 +84,9 @@ pub struct LlmRequest {
     pub messages: Vec<ChatMessage>,
     /// Shared: a turn offers the same tools on every request.
     pub tools: Arc<[ToolSpec]>,
+    /// The model must answer in text now (the loop's last step): it may call no tool,
+    /// though the history may hold calls. Each provider says so as its API allows.
+    pub answer_only: bool,
     pub max_tokens: u32,
 }
 

@@ -167,9 +167,12 @@ impl OpenAi {
             max_tokens: (tokens == TokenField::MaxTokens).then_some(req.max_tokens),
             max_completion_tokens: (tokens == TokenField::MaxCompletionTokens)
                 .then_some(req.max_tokens),
+            // None offered when the model must answer: servers that do not heed
+            // `tool_choice` (Ollama) cannot call what is not offered.
             tools: req
                 .tools
                 .iter()
+                .filter(|_| !req.answer_only)
                 .map(|t| ToolJson {
                     kind: "function",
                     function: ToolFn {
@@ -354,6 +357,7 @@ mod tests {
                 parameters: json!({"type": "object"}),
             }]
             .into(),
+            answer_only: false,
             max_tokens: 7,
         };
         let system = OpenAi::system_text(&req);
