@@ -321,3 +321,31 @@ async fn a_request_that_must_be_answered_calls_no_tool_on_either_api() {
     anthropic.complete(&req, None).await.unwrap();
     assert!(llm.requests()[2].body.get("tool_choice").is_none());
 }
+
+#[tokio::test]
+async fn a_whole_json_answer_to_a_streamed_request_is_read_as_the_answer() {
+    let llm = FakeLlm::start().await;
+    let p = Resilient::new(Arc::new(openai(&llm, SECS_10)), Vec::new(), 2);
+    llm.push(
+        Reply::text("Let me look.")
+            .with_tool_call("read_file", json!({"path": "a.md"}))
+            .with_usage(30, 12)
+            .ignoring_stream(),
+    );
+    let heard = Arc::new(Mutex::new(String::new()));
+    let sink = {
+        let heard = heard.clone();
+        Arc::new(move |d: &str| heard.lock().unwrap().push_str(d)) as switchboard::llm::DeltaSink
+    };
+    let r = p.complete(&request("m"), Some(sink)).await.unwrap();
+    assert_eq!(llm.request_count(), 1, "not retried");
+    assert!(llm.requests()[0].body["stream"] == true);
+    assert_eq!(r.text, "Let me look.");
+    assert_eq!(*heard.lock().unwrap(), "Let me look.");
+    assert_eq!(r.finish_reason, "tool_calls");
+    assert_eq!(r.tool_calls.len(), 1);
+    assert_eq!(r.tool_calls[0].name, "read_file");
+    let args: Value = serde_json::from_str(&r.tool_calls[0].arguments).unwrap();
+    assert_eq!(args, json!({"path": "a.md"}));
+    assert_eq!((r.usage.prompt_tokens, r.usage.completion_tokens), (30, 12));
+}

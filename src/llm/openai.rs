@@ -254,6 +254,18 @@ struct StreamOptions {
     include_usage: bool,
 }
 
+/// Whether `resp` is a JSON document rather than an event stream.
+fn is_json(resp: &reqwest::Response) -> bool {
+    resp.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        })
+}
+
 /// Whether a 400 says the model takes its limit in `max_completion_tokens` ("Unsupported
 /// parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens'
 /// instead.", param `max_tokens`, code `unsupported_parameter`).
@@ -295,6 +307,15 @@ impl LlmProvider for OpenAi {
             http::send_checked(self.post(&body), self.limit).await?
         };
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
+        if is_json(&resp) {
+            // A server or proxy that ignores `stream: true` sends the whole answer at once.
+            let mut whole = Vec::new();
+            let mut body = resp.bytes_stream();
+            while let Some(chunk) = http::next_chunk(&mut body, self.limit).await? {
+                whole.extend_from_slice(&chunk);
+            }
+            return stream::Assembly::whole(&whole, &on_delta);
+        }
         let mut answer = stream::Assembly::default();
         let mut parser = sse::Parser::default();
         let mut body = resp.bytes_stream();
