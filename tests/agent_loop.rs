@@ -565,11 +565,17 @@ async fn a_stop_before_the_first_answer_never_sends_two_user_messages_in_a_row()
     assert!(out.replies.is_empty());
     h.store.apply(out.writes).unwrap();
 
+    let s = stored_session(&h.store);
+    assert_eq!(
+        s["messages"],
+        json!([{"role": "user", "content": "write a poem"},
+               {"role": "assistant", "content": "(stopped by the user before answering)"}])
+    );
+
     h.llm.push(Reply::text("Here is a haiku."));
     let out = turn(&agent, &h.store, msg("t:2", "a short one")).await;
     assert_eq!(out.replies[0].text, "Here is a haiku.");
     let sent = messages(&h.llm.requests()[1].body);
     let roles: Vec<&str> = sent.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["system", "user"], "{sent:?}");
-    assert_eq!(sent[1]["content"], "write a poem\n\na short one");
+    assert_eq!(roles, ["system", "user", "assistant", "user"], "{sent:?}");
 }

@@ -349,3 +349,21 @@ async fn a_whole_json_answer_to_a_streamed_request_is_read_as_the_answer() {
     assert_eq!(args, json!({"path": "a.md"}));
     assert_eq!((r.usage.prompt_tokens, r.usage.completion_tokens), (30, 12));
 }
+
+#[tokio::test]
+async fn two_user_messages_in_a_row_go_to_an_openai_server_as_one() {
+    // A history stored before a /stop was answered in it: the stopped message, then the
+    // next, with the turn's steering between them.
+    let llm = FakeLlm::start().await;
+    let mut req = request("qwen3");
+    req.messages = vec![
+        ChatMessage::new(Role::User, "write a poem"),
+        ChatMessage::new(Role::System, "Telegram: keep replies short."),
+        ChatMessage::new(Role::User, "a short one"),
+    ];
+    openai(&llm, SECS_10).complete(&req, None).await.unwrap();
+    let sent = messages(&llm.requests()[0].body);
+    let roles: Vec<&str> = sent.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user"], "{sent:?}");
+    assert_eq!(sent[1]["content"], "write a poem\n\na short one");
+}
