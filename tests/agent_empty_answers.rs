@@ -91,3 +91,41 @@ async fn a_heartbeat_with_nothing_to_say_stays_silent_and_a_person_is_told() {
     assert_eq!(out.replies[0].kind, OutboundKind::Error);
     assert!(out.replies[0].text.contains("empty answer"));
 }
+
+#[tokio::test]
+async fn an_answer_given_beside_a_tool_call_stands_when_the_last_round_is_empty() {
+    let h = Harness::new().await;
+    h.llm
+        .push(Reply::text("The answer is 42.").with_tool_call("list_dir", json!({"path": "."})));
+    h.llm.push(Reply::empty());
+    let out = turn(&h.agent(), &h.store, msg("t:1", "what is the answer?")).await;
+    assert_eq!(h.llm.request_count(), 2);
+    assert_eq!(out.replies.len(), 1, "{:?}", out.replies);
+    assert_eq!(out.replies[0].kind, OutboundKind::Final);
+    assert_eq!(out.replies[0].text, "The answer is 42.");
+    let s = stored_session(&h.store);
+    let stored = s["messages"].as_array().unwrap();
+    let roles: Vec<&str> = stored.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+    assert_eq!(stored[3]["content"], "The answer is 42.");
+}
+
+#[tokio::test]
+async fn an_empty_answer_in_the_history_goes_back_as_no_answer_not_as_empty_text() {
+    let h = Harness::new().await;
+    // Tools ran, then the model said nothing: stored as an empty answer.
+    h.llm
+        .push(Reply::tool_call("list_dir", json!({"path": "."})));
+    h.llm.push(Reply::empty());
+    let out = turn(&h.agent(), &h.store, msg("t:1", "tidy up")).await;
+    assert!(out.replies.is_empty(), "{:?}", out.replies);
+    h.llm.push(Reply::text("Done."));
+    turn(&h.agent(), &h.store, msg("t:2", "did you?")).await;
+    let sent = messages(&h.llm.requests()[2].body);
+    let answers: Vec<&serde_json::Value> = sent
+        .iter()
+        .filter(|m| m["role"] == "assistant" && m.get("tool_calls").is_none())
+        .collect();
+    assert_eq!(answers.len(), 1, "{sent:?}");
+    assert_eq!(answers[0]["content"], "(no answer)");
+}

@@ -114,6 +114,25 @@ async fn iteration_limit_gives_an_honest_message() {
     );
 }
 
+#[tokio::test]
+async fn the_last_step_offers_no_tools_so_the_model_answers() {
+    let h = Harness::with(|c| c.agent.max_iterations = 3).await;
+    // A model that calls a tool whenever it is offered one.
+    h.llm.set_responder(|body| match body.get("tools") {
+        Some(_) => Reply::tool_call("list_dir", json!({"path": "."})),
+        None => Reply::text("Here is what I found."),
+    });
+    let out = turn(&h.agent(), &h.store, msg("t:1", "look around")).await;
+    assert_eq!(out.replies[0].text, "Here is what I found.");
+    let offered: Vec<bool> = h
+        .llm
+        .requests()
+        .iter()
+        .map(|r| r.body.get("tools").is_some())
+        .collect();
+    assert_eq!(offered, [true, true, false]);
+}
+
 /// A tool that never finishes; `started` fires when it is called.
 #[derive(Default)]
 struct Slow {
@@ -521,4 +540,42 @@ async fn stop_keeps_a_valid_history_with_cancelled_results() {
             .unwrap()
             .starts_with("cancelled")
     );
+}
+
+#[tokio::test]
+async fn a_stop_before_the_first_answer_never_sends_two_user_messages_in_a_row() {
+    let h = Harness::new().await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let agent = h.agent().with_shutdown(shutdown.clone());
+    // The model is still thinking when the user sends /stop.
+    h.llm
+        .push(Reply::text("too late").with_delay(Duration::from_secs(60)));
+    let inp = input(msg("t:1", "write a poem"));
+    let cancel = inp.cancel.clone();
+    let llm = h.llm.clone();
+    tokio::spawn(async move {
+        llm.wait_for_requests(1, Duration::from_secs(5))
+            .await
+            .unwrap();
+        cancel.cancel();
+    });
+    let out = switchboard::bus::TurnHandler::handle(&agent, inp)
+        .await
+        .expect("a /stop finishes the turn");
+    assert!(out.replies.is_empty());
+    h.store.apply(out.writes).unwrap();
+
+    let s = stored_session(&h.store);
+    assert_eq!(
+        s["messages"],
+        json!([{"role": "user", "content": "write a poem"},
+               {"role": "assistant", "content": "(stopped by the user before answering)"}])
+    );
+
+    h.llm.push(Reply::text("Here is a haiku."));
+    let out = turn(&agent, &h.store, msg("t:2", "a short one")).await;
+    assert_eq!(out.replies[0].text, "Here is a haiku.");
+    let sent = messages(&h.llm.requests()[1].body);
+    let roles: Vec<&str> = sent.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"], "{sent:?}");
 }

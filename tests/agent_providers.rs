@@ -388,6 +388,34 @@ async fn a_5xx_asking_to_come_back_in_an_hour_goes_to_the_fallback_at_once() {
 }
 
 #[tokio::test]
+async fn a_429_asking_to_come_back_in_an_hour_goes_to_the_fallback_or_fails_at_once() {
+    let llm = FakeLlm::start().await;
+    let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap());
+    let (sleep, sleeps) = recording_sleep();
+    let p = Resilient::new(inner.clone(), vec!["backup-model".into()], 8).with_sleep(sleep);
+    llm.fail_model("gpt-4o-mini", Reply::rate_limited(3600));
+    llm.set_default(Reply::text("from backup"));
+    let r = p.complete(&request("gpt-4o-mini"), None).await.unwrap();
+    assert_eq!(r.text, "from backup");
+    let models: Vec<String> = llm.requests().iter().map(|r| r.model.clone()).collect();
+    assert_eq!(models, ["gpt-4o-mini", "backup-model"]);
+    assert!(sleeps.lock().unwrap().is_empty(), "{sleeps:?}");
+
+    // With no fallback, the chat is told at once, in brief.
+    llm.clear();
+    let (sleep, sleeps) = recording_sleep();
+    let alone = Resilient::new(inner, vec![], 8).with_sleep(sleep);
+    let err = alone
+        .complete(&request("gpt-4o-mini"), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LlmError::RateLimited { .. }), "{err:?}");
+    assert_eq!(err.brief(), "the model provider is rate limiting requests");
+    assert_eq!(llm.request_count(), 1);
+    assert!(sleeps.lock().unwrap().is_empty(), "{sleeps:?}");
+}
+
+#[tokio::test]
 async fn gives_up_with_the_last_error_when_every_model_fails() {
     let llm = FakeLlm::start().await;
     let inner = Arc::new(OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap());

@@ -1,5 +1,6 @@
 //! Skills (precedence, gating, `always` inlining, `read_skill`) and sub-agents (result back
-//! to the parent chat; no `spawn` or `message` inside), against the fake LLM.
+//! to the parent chat; no `spawn` or `message` inside; a failure told in brief), against
+//! the fake LLM.
 
 mod agent_support;
 
@@ -372,4 +373,42 @@ async fn anthropic_provider_runs_the_tool_loop() {
         .clone();
     assert_eq!(last["content"][0]["type"], "tool_result");
     assert_eq!(last["content"][0]["content"], "alpha");
+}
+
+#[tokio::test]
+async fn a_failed_subagent_reports_the_brief_error_not_the_providers_words() {
+    let h = Harness::new().await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let publisher = Arc::new(RecordingPublisher {
+        known: vec![key()],
+        ..Default::default()
+    });
+    *publisher.tx.lock().unwrap() = Some(tx);
+    let agent = h.agent().with_publisher(publisher.clone());
+    h.llm.push(Reply::tool_call(
+        "spawn",
+        json!({"task": "research penguins"}),
+    ));
+    h.llm.push(Reply::text("I started a helper."));
+    h.llm.push_for(
+        "research penguins",
+        Reply::error(
+            400,
+            json!({"error": {"message": "Invalid 'messages[1]': internal detail zq-77",
+                             "type": "invalid_request_error", "param": null, "code": null}}),
+        ),
+    );
+    turn(&agent, &h.store, msg("t:1", "look into penguins")).await;
+    let result = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        result
+            .text
+            .ends_with("(the sub-agent failed: the model provider refused the request, HTTP 400)"),
+        "{}",
+        result.text
+    );
+    assert!(!result.text.contains("zq-77"), "{}", result.text);
 }

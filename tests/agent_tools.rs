@@ -59,8 +59,8 @@ async fn invalid_arguments_are_returned_to_the_model() {
         "{}",
         results[6]
     );
-    // The broken call goes back in the history as `{}`: some servers refuse a history
-    // holding arguments that are not a JSON object.
+    // The broken call goes back in the history as an object holding its text: some
+    // servers refuse a history holding arguments that are not a JSON object.
     let sent: Vec<String> = h.llm.requests()[1].body["messages"]
         .as_array()
         .unwrap()
@@ -69,8 +69,44 @@ async fn invalid_arguments_are_returned_to_the_model() {
         .map(|c| c["function"]["arguments"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(sent.len(), 7);
-    assert_eq!(sent[5], "{}");
+    assert_eq!(sent[5], r#"{"unparsed_arguments":"{not json"}"#);
     assert_eq!(sent[1], r#"{"command":5}"#);
+}
+
+#[tokio::test]
+async fn a_call_cut_off_by_the_output_limit_is_not_run_and_the_model_is_told_why() {
+    let h = Harness::new().await;
+    let cut = r#"{"path":"story.md","content":"Once upon a time, in a land far"#;
+    h.llm
+        .push(Reply::calls([switchboard_fakes::llm::ToolCall::raw("write_file", cut)]).truncated());
+    h.llm.push(Reply::text("I will write it in parts."));
+    let out = turn(&h.agent(), &h.store, msg("t:1", "write me a long story")).await;
+    assert_eq!(out.replies[0].text, "I will write it in parts.");
+    assert!(!h.workspace().join("story.md").exists());
+    let second = &h.llm.requests()[1].body;
+    let results = tool_results(second);
+    assert_eq!(results.len(), 1);
+    assert!(
+        results[0].contains("cut off by the output token limit")
+            && results[0].contains("smaller pieces"),
+        "{}",
+        results[0]
+    );
+    assert!(!results[0].contains("not valid JSON"), "{}", results[0]);
+    // The history shows what the model sent, not `{}`.
+    let call = messages(second)
+        .iter()
+        .find_map(|m| m["tool_calls"].get(0).cloned())
+        .unwrap();
+    let sent: serde_json::Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(sent, json!({"unparsed_arguments": cut}));
+    // Stored as the model wrote it.
+    let s = stored_session(&h.store);
+    assert_eq!(
+        s["messages"][1]["tool_calls"][0]["arguments"],
+        serde_json::Value::from(cut)
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The providers against what real servers do on the wire: Ollama's parallel tool calls,
 //! OpenAI's quota refusals and reasoning models' `max_completion_tokens`, strict chat
-//! templates that take one system message only, and slow but steady streams.
+//! templates that take one system message only, slow but steady streams, and answers cut
+//! off by `max_tokens`.
 
 mod agent_support;
 
@@ -273,4 +274,96 @@ async fn a_slow_steady_stream_outlasts_the_request_timeout_but_a_stall_does_not(
         let e = provider.complete(&request("m"), None).await.unwrap_err();
         assert!(e.is_retryable(), "{e:?}");
     }
+}
+
+#[tokio::test]
+async fn anthropic_says_when_max_tokens_cut_a_call_and_takes_its_text_back() {
+    let llm = FakeLlm::start().await;
+    let p = Anthropic::new(&llm.url(), Some("k".into()), SECS_10).unwrap();
+    let cut = r#"{"path":"story.md","content":"Once upon a"#;
+    llm.push(Reply::calls([switchboard_fakes::llm::ToolCall::raw("write_file", cut)]).truncated());
+    let r = p
+        .complete(&request("claude-sonnet-4-5"), None)
+        .await
+        .unwrap();
+    assert_eq!(r.finish_reason, "max_tokens");
+    assert!(r.cut_off());
+    assert_eq!(r.tool_calls[0].arguments, cut);
+
+    let mut req = request("claude-sonnet-4-5");
+    let mut call = ChatMessage::new(Role::Assistant, "");
+    call.tool_calls = r.tool_calls.clone();
+    let mut result = ChatMessage::new(Role::Tool, "error: cut off");
+    result.tool_call_id = Some(r.tool_calls[0].id.clone());
+    req.messages.extend([call, result]);
+    llm.push(Reply::text("in parts, then"));
+    p.complete(&req, None).await.unwrap();
+    let sent = &llm.requests()[1].body["messages"][1]["content"][0];
+    assert_eq!(sent["type"], "tool_use");
+    assert_eq!(sent["input"], json!({"unparsed_arguments": cut}));
+}
+
+#[tokio::test]
+async fn a_request_that_must_be_answered_calls_no_tool_on_either_api() {
+    let llm = FakeLlm::start().await;
+    let mut req = request("m");
+    req.answer_only = true;
+    openai(&llm, SECS_10).complete(&req, None).await.unwrap();
+    let body = &llm.requests()[0].body;
+    assert!(body.get("tools").is_none(), "{body}");
+    // Anthropic refuses tool_use blocks in the history without the tools described.
+    let anthropic = Anthropic::new(&llm.url(), Some("k".into()), SECS_10).unwrap();
+    anthropic.complete(&req, None).await.unwrap();
+    let body = &llm.requests()[1].body;
+    assert_eq!(body["tools"][0]["name"], "read_file");
+    assert_eq!(body["tool_choice"], json!({"type": "none"}));
+    req.answer_only = false;
+    anthropic.complete(&req, None).await.unwrap();
+    assert!(llm.requests()[2].body.get("tool_choice").is_none());
+}
+
+#[tokio::test]
+async fn a_whole_json_answer_to_a_streamed_request_is_read_as_the_answer() {
+    let llm = FakeLlm::start().await;
+    let p = Resilient::new(Arc::new(openai(&llm, SECS_10)), Vec::new(), 2);
+    llm.push(
+        Reply::text("Let me look.")
+            .with_tool_call("read_file", json!({"path": "a.md"}))
+            .with_usage(30, 12)
+            .ignoring_stream(),
+    );
+    let heard = Arc::new(Mutex::new(String::new()));
+    let sink = {
+        let heard = heard.clone();
+        Arc::new(move |d: &str| heard.lock().unwrap().push_str(d)) as switchboard::llm::DeltaSink
+    };
+    let r = p.complete(&request("m"), Some(sink)).await.unwrap();
+    assert_eq!(llm.request_count(), 1, "not retried");
+    assert!(llm.requests()[0].body["stream"] == true);
+    assert_eq!(r.text, "Let me look.");
+    assert_eq!(*heard.lock().unwrap(), "Let me look.");
+    assert_eq!(r.finish_reason, "tool_calls");
+    assert_eq!(r.tool_calls.len(), 1);
+    assert_eq!(r.tool_calls[0].name, "read_file");
+    let args: Value = serde_json::from_str(&r.tool_calls[0].arguments).unwrap();
+    assert_eq!(args, json!({"path": "a.md"}));
+    assert_eq!((r.usage.prompt_tokens, r.usage.completion_tokens), (30, 12));
+}
+
+#[tokio::test]
+async fn two_user_messages_in_a_row_go_to_an_openai_server_as_one() {
+    // A history stored before a /stop was answered in it: the stopped message, then the
+    // next, with the turn's steering between them.
+    let llm = FakeLlm::start().await;
+    let mut req = request("qwen3");
+    req.messages = vec![
+        ChatMessage::new(Role::User, "write a poem"),
+        ChatMessage::new(Role::System, "Telegram: keep replies short."),
+        ChatMessage::new(Role::User, "a short one"),
+    ];
+    openai(&llm, SECS_10).complete(&req, None).await.unwrap();
+    let sent = messages(&llm.requests()[0].body);
+    let roles: Vec<&str> = sent.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user"], "{sent:?}");
+    assert_eq!(sent[1]["content"], "write a poem\n\na short one");
 }

@@ -260,3 +260,23 @@ async fn memory_follows_no_link_out_of_the_workspace() {
         .unwrap();
     assert!(recall.starts_with("- likes tea"), "{recall}");
 }
+
+#[tokio::test]
+async fn remember_starts_a_new_line_after_a_file_that_does_not_end_one() {
+    let ws = Ws::new();
+    let memory = ws.root().join("MEMORY.md");
+    std::fs::write(&memory, "# Memory\n\n- prefers short answers").unwrap();
+    ws.call("memory", json!({"action": "remember", "text": "likes tea"}))
+        .await
+        .unwrap();
+    ws.call("memory", json!({"action": "remember", "text": "has a cat"}))
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(&memory).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert_eq!(lines[2], "- prefers short answers");
+    assert!(lines[3].starts_with("- likes tea ("), "{text}");
+    assert!(lines[4].starts_with("- has a cat ("), "{text}");
+    assert!(text.ends_with(")\n"), "{text}");
+}

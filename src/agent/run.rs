@@ -48,6 +48,16 @@ pub struct LoopState {
 /// The result given to tool calls `/stop` (or shutdown) cut off or kept from running.
 const STOPPED: &str = "cancelled: the user stopped this turn";
 
+/// The result of a call whose arguments the output token limit cut off: run as invalid
+/// JSON, the model would be told only that, and send the same too-long call again.
+const CUT_OFF: &str = "error: not run: this call was cut off by the output token limit (max_tokens) before its arguments were complete. Send smaller pieces: split long content over several calls (e.g. write the first part of a file, then add the rest with further calls).";
+
+/// Whether a call's arguments are whole: a JSON object (or none at all).
+fn whole_arguments(arguments: &str) -> bool {
+    arguments.trim().is_empty()
+        || serde_json::from_str::<serde_json::Value>(arguments).is_ok_and(|v| v.is_object())
+}
+
 /// Saves the loop's progress (a turn's, see `resume`); awaited before the loop goes on,
 /// so what a tool did is on disk before the next one runs.
 pub type Progress<'a> = dyn Fn(&LoopState) -> BoxFuture<'static, ()> + Send + Sync + 'a;
@@ -142,14 +152,13 @@ pub async fn run(
             system_dynamic: spec.system_dynamic.clone(),
             messages,
             tools: specs.clone(),
+            // The last step's calls could not be followed by an answer: it must answer.
+            answer_only: state.iteration == spec.max_iterations,
             max_tokens: spec.max_tokens,
         };
         metrics.llm_requests.fetch_add(1, Ordering::Relaxed);
         // Text an earlier round streamed ("Let me check.") is set apart from this round's.
-        let said_before = state
-            .produced
-            .iter()
-            .any(|m| m.role == Role::Assistant && !m.content.trim().is_empty());
+        let said_before = last_said(&state.produced).is_some();
         let round_sink = match &sink {
             Some(s) if said_before => Some(separated(s.clone())),
             other => other.clone(),
@@ -185,10 +194,17 @@ pub async fn run(
                 state.iteration -= 1;
                 continue;
             }
+            // A model that gave its answer beside a tool call ("The answer is 42." and a
+            // look at a folder) may end with nothing more to say: the answer it gave
+            // stands, rather than an empty reply.
+            let text = match last_said(&state.produced) {
+                Some(said) if resp.text.trim().is_empty() => said.to_string(),
+                _ => resp.text,
+            };
             state
                 .produced
-                .push(ChatMessage::new(Role::Assistant, resp.text.clone()));
-            return LoopEnd::Answer(resp.text);
+                .push(ChatMessage::new(Role::Assistant, text.clone()));
+            return LoopEnd::Answer(text);
         }
         let mut call_msg = ChatMessage::new(Role::Assistant, resp.text.clone());
         call_msg.tool_calls = resp.tool_calls.clone();
@@ -201,6 +217,8 @@ pub async fn run(
             let content = if cancelled || ctx.cancel.is_cancelled() {
                 cancelled = true;
                 STOPPED.to_string()
+            } else if resp.cut_off() && !whole_arguments(&call.arguments) {
+                CUT_OFF.to_string()
             } else {
                 let result = tokio::select! {
                     // A tool that ends because its turn was cancelled (`exec` kills its
@@ -244,6 +262,15 @@ pub async fn run(
         .produced
         .push(ChatMessage::new(Role::Assistant, note.clone()));
     LoopEnd::Limit(note)
+}
+
+/// The last text the model said in `produced` (beside a tool call), if it said any.
+fn last_said(produced: &[ChatMessage]) -> Option<&str> {
+    produced
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant && !m.content.trim().is_empty())
+        .map(|m| m.content.as_str())
 }
 
 /// `sink` with a paragraph break before its first piece of text.

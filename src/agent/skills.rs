@@ -148,7 +148,85 @@ fn unquote(s: &str) -> &str {
     s.trim().trim_matches('"').trim_matches('\'').trim()
 }
 
-/// Parse a `SKILL.md`: a small YAML subset in the front matter, then the body.
+/// `v` without its ` # comment`: a `#` at its start or after white space, outside quotes
+/// (a quote opens only where a value or list item can start, so "don't" is no quote).
+fn strip_comment(v: &str) -> &str {
+    let mut quote = None;
+    let mut prev = ' ';
+    for (i, c) in v.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if (c == '"' || c == '\'') && (prev.is_whitespace() || "[,".contains(prev)) => {
+                quote = Some(c)
+            }
+            None if c == '#' && prev.is_whitespace() => return v[..i].trim_end(),
+            None => {}
+        }
+        prev = c;
+    }
+    v
+}
+
+/// A YAML block scalar's style, from its indicator (`|`, `>`, with an optional chomping
+/// or indentation indicator: `|-`, `>+`, `|2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Block {
+    /// `|`: lines kept as they are.
+    Literal,
+    /// `>`: lines joined by spaces, a blank line a line break.
+    Folded,
+}
+
+fn block_style(v: &str) -> Option<Block> {
+    let mut chars = v.trim().chars();
+    let style = match chars.next()? {
+        '|' => Block::Literal,
+        '>' => Block::Folded,
+        _ => return None,
+    };
+    chars
+        .all(|c| c == '-' || c == '+' || c.is_ascii_digit())
+        .then_some(style)
+}
+
+fn indent_of(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// The text of a block scalar's `lines` (its indentation taken off), trimmed.
+fn block_text(lines: &[&str], style: Block) -> String {
+    let indent = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| indent_of(l))
+        .min()
+        .unwrap_or(0);
+    let lines = lines
+        .iter()
+        .map(|l| l.get(indent..).unwrap_or("").trim_end());
+    match style {
+        Block::Literal => lines.collect::<Vec<_>>().join("\n").trim().to_string(),
+        Block::Folded => {
+            let mut out = String::new();
+            for l in lines {
+                if l.is_empty() {
+                    out.push('\n');
+                } else {
+                    if !out.is_empty() && !out.ends_with('\n') {
+                        out.push(' ');
+                    }
+                    out.push_str(l);
+                }
+            }
+            out.trim().to_string()
+        }
+    }
+}
+
+/// Parse a `SKILL.md`: a small YAML subset in the front matter (scalars, one level of
+/// nesting, `[a, b]` and `- a` lists, ` # comments`, `|` and `>` block scalars), then the
+/// body.
 pub fn parse(text: &str, dir: &Path, source: SkillSource) -> Option<Skill> {
     let text = text.trim_start_matches('\u{feff}');
     let rest = text.strip_prefix("---")?;
@@ -159,7 +237,10 @@ pub fn parse(text: &str, dir: &Path, source: SkillSource) -> Option<Skill> {
     let mut scalar: BTreeMap<String, String> = BTreeMap::new();
     let mut parent = String::new();
     let mut last_key = String::new();
-    for line in front.lines() {
+    let lines: Vec<&str> = front.lines().collect();
+    let mut next = 0;
+    while let Some(&line) = lines.get(next) {
+        next += 1;
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
             continue;
         }
@@ -169,7 +250,7 @@ pub fn parse(text: &str, dir: &Path, source: SkillSource) -> Option<Skill> {
             fields
                 .entry(last_key.clone())
                 .or_default()
-                .push(unquote(item).to_string());
+                .push(unquote(strip_comment(item)).to_string());
             continue;
         }
         let Some((k, v)) = t.split_once(':') else {
@@ -185,6 +266,19 @@ pub fn parse(text: &str, dir: &Path, source: SkillSource) -> Option<Skill> {
             parent = k.to_string();
         }
         last_key = key.clone();
+        let v = strip_comment(v);
+        if let Some(style) = block_style(v) {
+            // Its text is every following line indented deeper than the key (or blank).
+            let start = next;
+            while lines
+                .get(next)
+                .is_some_and(|l| l.trim().is_empty() || indent_of(l) > indent_of(line))
+            {
+                next += 1;
+            }
+            scalar.insert(key, block_text(&lines[start..next], style));
+            continue;
+        }
         if !v.trim().is_empty() {
             scalar.insert(key.clone(), unquote(v).to_string());
             fields.entry(key).or_default().extend(list_value(v));
@@ -262,5 +356,38 @@ mod tests {
         );
         assert_eq!(s.body, "# Weather\nUse web_fetch.");
         assert!(parse("no front matter", Path::new("/x"), SkillSource::Bundled).is_none());
+    }
+
+    #[test]
+    fn front_matter_comments_are_not_values() {
+        // As the bundled skill-writing template shows a skill's front matter.
+        let text = "---\nname: tides                  # lowercase, dashes; same as the folder\ndescription: \"When the user asks about #tides\" # the trigger\nalways: true                 # inline it\nrequires:\n  bins: [sh]              # on PATH\n  env:\n    - SWITCHBOARD_TEST_UNSET_VAR   # set it\n---\nBody # not a comment\n";
+        let s = parse(text, Path::new("/x/tides"), SkillSource::Workspace).unwrap();
+        assert_eq!(s.name, "tides");
+        assert_eq!(s.description, "When the user asks about #tides");
+        assert!(s.always);
+        assert_eq!(s.requires_bins, ["sh"]);
+        assert_eq!(s.requires_env, ["SWITCHBOARD_TEST_UNSET_VAR"]);
+        assert_eq!(s.body, "Body # not a comment");
+        // As in YAML, a `#` is a comment only after white space.
+        let plain = "---\nname: x\ndescription: Don't mix C# and F#1 # a comment\n---\n";
+        let s = parse(plain, Path::new("/x/x"), SkillSource::Workspace).unwrap();
+        assert_eq!(s.description, "Don't mix C# and F#1");
+    }
+
+    #[test]
+    fn front_matter_block_scalars_are_folded_or_kept() {
+        let text = "---\nname: notes\ndescription: >-   # folded\n  Use when the user asks\n  about: notes, lists.\n\n  - Not a list item.\nalways: false\nusage: |\n  line one\n    indented: two\nrequires:\n  env: [SWITCHBOARD_TEST_UNSET_VAR]\n---\nBody\n";
+        let s = parse(text, Path::new("/x/notes"), SkillSource::Workspace).unwrap();
+        assert_eq!(
+            s.description,
+            "Use when the user asks about: notes, lists.\n- Not a list item."
+        );
+        assert!(!s.always);
+        assert_eq!(s.requires_env, ["SWITCHBOARD_TEST_UNSET_VAR"]);
+        assert_eq!(s.body, "Body");
+        let literal = "---\nname: y\ndescription: |\n  first line\n  second line\n---\n";
+        let s = parse(literal, Path::new("/x/y"), SkillSource::Workspace).unwrap();
+        assert_eq!(s.description, "first line\nsecond line");
     }
 }

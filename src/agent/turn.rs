@@ -13,6 +13,11 @@ use crate::bus::{Interrupted, TurnInput, TurnOutput};
 use crate::llm::{ChatMessage, Role};
 use crate::store::{Batch, Tree};
 
+/// What the history keeps as the answer to a message `/stop` cut off before any answer:
+/// the roles still alternate, and the model does not take the question up again as if it
+/// were still open.
+const STOPPED_BEFORE_ANSWER: &str = "(stopped by the user before answering)";
+
 /// Longest sub-agent result quoted when the model said nothing about it, in characters.
 const SUBAGENT_QUOTE_CHARS: usize = 1500;
 
@@ -260,7 +265,11 @@ impl Agent {
                 if let Some(streams) = &self.streams {
                     streams.stopped(&last.id);
                 }
-                self.store_session(&mut session, user, state.produced, key, &mut writes);
+                let mut produced = state.produced;
+                if produced.is_empty() {
+                    produced.push(ChatMessage::new(Role::Assistant, STOPPED_BEFORE_ANSWER));
+                }
+                self.store_session(&mut session, user, produced, key, &mut writes);
                 return Ok(TurnOutput {
                     replies: Vec::new(),
                     writes,

@@ -68,20 +68,17 @@ impl Anthropic {
                 }
                 Role::Assistant => {
                     let mut blocks = Vec::new();
-                    if !m.content.is_empty() {
+                    if !m.content.trim().is_empty() {
                         blocks.push(json!({"type": "text", "text": m.content}));
                     }
                     for c in &m.tool_calls {
-                        let input = serde_json::from_str::<Value>(&c.arguments)
-                            .ok()
-                            .filter(Value::is_object)
-                            .unwrap_or_else(|| json!({}));
+                        let input = super::arguments_object(&c.arguments);
                         blocks.push(
                             json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
                         );
                     }
                     if blocks.is_empty() {
-                        blocks.push(json!({"type": "text", "text": "(no answer)"}));
+                        blocks.push(json!({"type": "text", "text": super::NO_ANSWER}));
                     }
                     ("assistant", blocks)
                 }
@@ -129,6 +126,11 @@ impl Anthropic {
                 .iter()
                 .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
                 .collect();
+            // Still described (the API refuses `tool_use` blocks in the history without
+            // them), but not to be called.
+            if req.answer_only {
+                body["tool_choice"] = json!({"type": "none"});
+            }
         }
         body
     }

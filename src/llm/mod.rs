@@ -84,6 +84,9 @@ pub struct LlmRequest {
     pub messages: Vec<ChatMessage>,
     /// Shared: a turn offers the same tools on every request.
     pub tools: Arc<[ToolSpec]>,
+    /// The model must answer in text now (the loop's last step): it may call no tool,
+    /// though the history may hold calls. Each provider says so as its API allows.
+    pub answer_only: bool,
     pub max_tokens: u32,
 }
 
@@ -101,6 +104,32 @@ pub struct LlmResponse {
     pub tool_calls: Vec<ToolCall>,
     pub usage: Usage,
     pub finish_reason: String,
+}
+
+impl LlmResponse {
+    /// Whether the output token limit (`max_tokens`) cut the answer off: OpenAI's
+    /// `finish_reason` `length`, Anthropic's `stop_reason` `max_tokens`.
+    pub fn cut_off(&self) -> bool {
+        matches!(self.finish_reason.as_str(), "length" | "max_tokens")
+    }
+}
+
+/// What an assistant message without text or tool calls is sent back as: providers and
+/// strict chat templates refuse an empty assistant turn, and an empty one teaches the model
+/// that saying nothing is an answer.
+pub(crate) const NO_ANSWER: &str = "(no answer)";
+
+/// A tool call's arguments as the JSON object a provider takes back in the history: as the
+/// model wrote them, `{}` when it wrote none, and otherwise (cut off by the output limit,
+/// or not JSON) the model's text kept whole under `unparsed_arguments`: the model sees
+/// what it sent, yet servers that refuse a history whose arguments are not an object
+/// (Anthropic, Ollama, vLLM templates) accept it.
+pub(crate) fn arguments_object(raw: &str) -> serde_json::Value {
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(v) if v.is_object() => v,
+        _ if raw.trim().is_empty() => serde_json::json!({}),
+        _ => serde_json::json!({ "unparsed_arguments": raw }),
+    }
 }
 
 /// Why a request failed.

@@ -4,6 +4,7 @@
 //! chat templates, Qwen's on vLLM and llama.cpp, refuse any later one), and `max_tokens`,
 //! or `max_completion_tokens` for the models that refuse it (OpenAI's o-series, gpt-5).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -105,7 +106,7 @@ impl OpenAi {
         if !system.is_empty() {
             messages.push(Msg {
                 role: "system",
-                content: Some(system),
+                content: Some(Cow::Borrowed(system)),
                 tool_calls: Vec::new(),
                 tool_call_id: None,
             });
@@ -118,10 +119,26 @@ impl OpenAi {
                 Role::Assistant => "assistant",
                 Role::Tool => "tool",
             };
+            // Two user messages in a row (one a `/stop` cut off before any answer, then
+            // the next) travel as one: strict chat templates want the roles to alternate
+            // and refuse every later turn otherwise.
+            if let (Role::User, Some(prev)) = (m.role, messages.last_mut()) {
+                if prev.role == "user" {
+                    let joined = prev.content.get_or_insert_default().to_mut();
+                    joined.push_str("\n\n");
+                    joined.push_str(&m.content);
+                    continue;
+                }
+            }
+            let content = match m.role {
+                Role::Assistant if m.content.trim().is_empty() => {
+                    m.tool_calls.is_empty().then_some(super::NO_ANSWER)
+                }
+                _ => Some(m.content.as_str()),
+            };
             messages.push(Msg {
                 role,
-                content: (m.tool_calls.is_empty() || !m.content.is_empty())
-                    .then_some(m.content.as_str()),
+                content: content.map(Cow::Borrowed),
                 tool_calls: m
                     .tool_calls
                     .iter()
@@ -134,9 +151,9 @@ impl OpenAi {
                             // off at max_tokens, or empty): some servers (Ollama, vLLM
                             // templates) refuse such a history with a 400 on every later turn.
                             arguments: if sent_as_object(&c.arguments) {
-                                &c.arguments
+                                Cow::Borrowed(c.arguments.as_str())
                             } else {
-                                "{}"
+                                Cow::Owned(super::arguments_object(&c.arguments).to_string())
                             },
                         },
                     })
@@ -150,9 +167,12 @@ impl OpenAi {
             max_tokens: (tokens == TokenField::MaxTokens).then_some(req.max_tokens),
             max_completion_tokens: (tokens == TokenField::MaxCompletionTokens)
                 .then_some(req.max_tokens),
+            // None offered when the model must answer: servers that do not heed
+            // `tool_choice` (Ollama) cannot call what is not offered.
             tools: req
                 .tools
                 .iter()
+                .filter(|_| !req.answer_only)
                 .map(|t| ToolJson {
                     kind: "function",
                     function: ToolFn {
@@ -189,7 +209,7 @@ struct Body<'a> {
 struct Msg<'a> {
     role: &'static str,
     /// `null` for an assistant message that only calls tools.
-    content: Option<&'a str>,
+    content: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<CallJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -212,7 +232,7 @@ fn sent_as_object(arguments: &str) -> bool {
 #[derive(Serialize)]
 struct FnJson<'a> {
     name: &'a str,
-    arguments: &'a str,
+    arguments: Cow<'a, str>,
 }
 
 #[derive(Serialize)]
@@ -232,6 +252,18 @@ struct ToolFn<'a> {
 #[derive(Serialize)]
 struct StreamOptions {
     include_usage: bool,
+}
+
+/// Whether `resp` is a JSON document rather than an event stream.
+fn is_json(resp: &reqwest::Response) -> bool {
+    resp.headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        })
 }
 
 /// Whether a 400 says the model takes its limit in `max_completion_tokens` ("Unsupported
@@ -275,6 +307,15 @@ impl LlmProvider for OpenAi {
             http::send_checked(self.post(&body), self.limit).await?
         };
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
+        if is_json(&resp) {
+            // A server or proxy that ignores `stream: true` sends the whole answer at once.
+            let mut whole = Vec::new();
+            let mut body = resp.bytes_stream();
+            while let Some(chunk) = http::next_chunk(&mut body, self.limit).await? {
+                whole.extend_from_slice(&chunk);
+            }
+            return stream::Assembly::whole(&whole, &on_delta);
+        }
         let mut answer = stream::Assembly::default();
         let mut parser = sse::Parser::default();
         let mut body = resp.bytes_stream();
@@ -337,6 +378,7 @@ mod tests {
                 parameters: json!({"type": "object"}),
             }]
             .into(),
+            answer_only: false,
             max_tokens: 7,
         };
         let system = OpenAi::system_text(&req);

@@ -1,6 +1,8 @@
 //! A provider wrapper for robustness: retries with exponential backoff and jitter
 //! (2 s·2^(n-1) ±20 %, `Retry-After` honoured) up to `llm.max_retries`, then each of
 //! `llm.fallback_models` in order; a model that failed cools down before it is tried again.
+//! A server that asks for a longer wait than the longest backoff (a 429 or 5xx with an
+//! hour's `Retry-After`) sends the request on to the next model at once.
 //!
 //! The sleep function is injectable so tests can observe the delays without waiting.
 
@@ -23,8 +25,6 @@ pub type SleepFn = Arc<dyn Fn(Duration) -> Pin<Box<dyn Future<Output = ()> + Sen
 const BASE_DELAY: Duration = Duration::from_secs(2);
 /// Longest backoff delay: 2 s·2^7, so the default 8 retries follow 2 s·2^(n-1) throughout.
 const MAX_DELAY: Duration = Duration::from_secs(256);
-/// Longest `Retry-After` honoured (a provider asking for more is waited on this long).
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
 /// How long a model that exhausted its retries is skipped.
 const COOL_DOWN: Duration = Duration::from_secs(60);
 
@@ -91,14 +91,20 @@ impl Resilient {
             .insert(model.to_string(), until);
     }
 
-    fn delay_for(attempt: u32, err: &LlmError) -> Duration {
+    /// The wait the server asked for (429's or 5xx's `Retry-After`), if it asked.
+    fn asked_wait(err: &LlmError) -> Option<Duration> {
         match err {
-            LlmError::RateLimited {
-                retry_after: Some(d),
-            } => (*d).min(MAX_RETRY_AFTER),
+            LlmError::RateLimited { retry_after } => *retry_after,
+            LlmError::Overloaded { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    fn delay_for(attempt: u32, err: &LlmError) -> Duration {
+        match Self::asked_wait(err) {
             // At most MAX_DELAY (longer goes to the next model), and never no pause at all.
-            LlmError::Overloaded { retry_after, .. } => (*retry_after).max(Duration::from_secs(1)),
-            _ => crate::backoff::delay(attempt, BASE_DELAY, MAX_DELAY),
+            Some(d) => d.max(Duration::from_secs(1)),
+            None => crate::backoff::delay(attempt, BASE_DELAY, MAX_DELAY),
         }
     }
 }
@@ -129,11 +135,10 @@ impl LlmProvider for Resilient {
                     Ok(r) => return Ok(r),
                     Err(LlmError::ContextOverflow) => return Err(LlmError::ContextOverflow),
                     Err(e) if streamed.load(Ordering::Relaxed) => return Err(e),
-                    // Down for longer than any backoff (a maintenance window): the next
-                    // model now, rather than retries hours apart.
-                    Err(e @ LlmError::Overloaded { retry_after, .. })
-                        if retry_after > MAX_DELAY =>
-                    {
+                    // Down or rate limited for longer than any backoff (a maintenance
+                    // window, an hourly quota): the next model now, rather than retries
+                    // hours apart while the chat waits.
+                    Err(e) if Self::asked_wait(&e).is_some_and(|d| d > MAX_DELAY) => {
                         tracing::warn!(%model, "giving up on this model: {e}");
                         self.cool(&model);
                         last_err = e;

@@ -178,6 +178,7 @@ pub fn read_file_request(model: &str, question: &str) -> switchboard::llm::LlmRe
             parameters: serde_json::json!({"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}}),
         }]
         .into(),
+        answer_only: false,
         max_tokens: 512,
     }
 }

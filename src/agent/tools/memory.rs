@@ -42,8 +42,15 @@ impl Tool for Memory {
                 let mut f = crate::confine::append(&ctx.workspace, &path)
                     .map_err(|e| ToolError::Failed(format!("{MEMORY_FILE}: {e}")))?;
                 let date = chrono::Utc::now().format("%Y-%m-%d");
+                // A file edited by hand may not end its last line: the entry starts a new
+                // one rather than running on from it.
+                let open_line = f.len > 0
+                    && crate::confine::read(&ctx.workspace, &path, 1, true)
+                        .is_some_and(|end| !end.ends_with('\n'));
                 let entry = if f.len == 0 {
                     format!("# Memory\n\n- {line} ({date})\n")
+                } else if open_line {
+                    format!("\n- {line} ({date})\n")
                 } else {
                     format!("- {line} ({date})\n")
                 };

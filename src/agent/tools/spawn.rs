@@ -194,7 +194,12 @@ impl Subagents {
                 "(stopped: the gateway restarted before the sub-agent finished; start it again if the result is still needed)".into()
             }
             LoopEnd::Overflow => "(the sub-agent's work did not fit the model's context)".into(),
-            LoopEnd::Failed(e) => format!("(the sub-agent failed: {e})"),
+            // The chat may see this text: the brief form, as every user is told (the log
+            // keeps the provider's own words).
+            LoopEnd::Failed(e) => {
+                tracing::warn!(%id, key = %parent.key, "sub-agent failed: {e}");
+                format!("(the sub-agent failed: {})", e.brief())
+            }
         };
         let mut msg = InboundMessage::text(
             format!("subagent:{id}:result"),

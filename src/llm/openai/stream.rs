@@ -1,7 +1,8 @@
 //! Assembling a streamed Chat Completions answer from its `chat.completion.chunk`s: text
-//! deltas, usage, finish reason, and tool calls sent in fragments.
+//! deltas, usage, finish reason, and tool calls sent in fragments; and reading a whole
+//! `chat.completion` that came instead.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::llm::http::classify;
 use crate::llm::{DeltaSink, LlmError, LlmResponse, ToolCall, Usage};
@@ -42,6 +43,43 @@ impl Assembly {
             self.calls.push(fragment)?;
         }
         Ok(())
+    }
+
+    /// A whole `chat.completion` (from a server or proxy that ignores `stream: true`),
+    /// taken as one chunk holding all of it.
+    pub fn whole(body: &[u8], on_delta: &DeltaSink) -> Result<LlmResponse, LlmError> {
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|e| LlmError::Protocol(format!("bad completion: {e}")))?;
+        if let Some(err) = v.get("error") {
+            return Err(classify(500, None, &err.to_string()));
+        }
+        let choice = &v["choices"][0];
+        let message = &choice["message"];
+        let calls: Vec<Value> = message["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(index, c)| {
+                let mut c = c.clone();
+                c["index"] = json!(index);
+                // Some servers write the arguments as an object, not as its JSON text.
+                if let Some(args) = c["function"]["arguments"].as_object() {
+                    c["function"]["arguments"] = json!(Value::from(args.clone()).to_string());
+                }
+                c
+            })
+            .collect();
+        let chunk = json!({
+            "choices": [{
+                "delta": {"content": message["content"], "tool_calls": calls},
+                "finish_reason": choice["finish_reason"],
+            }],
+            "usage": v["usage"],
+        });
+        let mut answer = Self::default();
+        answer.apply(&chunk.to_string(), on_delta)?;
+        Ok(answer.finish())
     }
 
     /// Whether a finish reason came (an answer whose `[DONE]` got lost is still whole).

@@ -19,7 +19,8 @@
 //! [`Reply::server_error`], [`Reply::overloaded`] 529, [`Reply::context_overflow`],
 //! [`Reply::error`] verbatim), latency ([`Reply::with_delay`], [`FakeLlm::set_delay`],
 //! [`Reply::with_chunk_delay`] between SSE events), broken streams
-//! ([`Reply::with_stream_error_after`], [`Reply::with_disconnect_after`]), a required API
+//! ([`Reply::with_stream_error_after`], [`Reply::with_disconnect_after`]), a whole JSON
+//! answer to a streamed request ([`Reply::ignoring_stream`]), a required API
 //! key ([`FakeLlm::require_api_key`]), models that refuse `max_tokens`
 //! ([`FakeLlm::refuse_max_tokens`]), Ollama's way of streaming parallel tool calls
 //! ([`Reply::with_ollama_tool_calls`]). Scripts are consumed only by requests the real API

@@ -33,6 +33,8 @@ pub struct Reply {
     /// OpenAI stream: tool calls come as Ollama sends them (see
     /// [`Reply::with_ollama_tool_calls`]).
     pub(crate) ollama_calls: bool,
+    /// A streamed request gets the whole JSON answer (see [`Reply::ignoring_stream`]).
+    pub(crate) ignore_stream: bool,
 }
 
 /// How a streamed answer breaks.
@@ -131,6 +133,7 @@ impl Reply {
             stream_fault: None,
             sse_comments: false,
             ollama_calls: false,
+            ignore_stream: false,
         }
     }
 
@@ -267,6 +270,13 @@ impl Reply {
     /// repeated on every chunk.
     pub fn with_ollama_tool_calls(mut self) -> Self {
         self.ollama_calls = true;
+        self
+    }
+
+    /// Answers a streamed request (`stream: true`) as if it were not streamed: one
+    /// `application/json` body, as a proxy or server that ignores `stream` does.
+    pub fn ignoring_stream(mut self) -> Self {
+        self.ignore_stream = true;
         self
     }
 

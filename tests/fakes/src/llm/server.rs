@@ -160,7 +160,7 @@ async fn complete(
     let ctx = Ctx {
         id,
         model: &model,
-        stream,
+        stream: stream && !reply.ignore_stream,
         include_usage,
         prompt_tokens: estimate_tokens(raw.len()),
         chunk_chars,
