@@ -134,6 +134,18 @@ async fn a_secret_the_model_writes_is_redacted_in_a_stream_and_sent_once() {
         };
         assert_eq!(text, "Here it is: [redacted] done", "stream: {stream}");
     }
+    // Nor is it kept in the chat's history (`sessions show`, the admin API).
+    let sessions = running
+        .shared
+        .store
+        .scan(switchboard::store::Tree::Sessions, b"")
+        .unwrap();
+    let kept: String = sessions
+        .iter()
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        .collect();
+    assert!(kept.contains("Here it is: [redacted] done"), "{kept}");
+    assert_clean("the stored session", &kept, &[key]);
     // A streamed answer with no secret, ending in what could start one, comes whole.
     llm.push(Reply::text("Keys begin with sk"));
     let body = common::ask_stream(&base, "mallory", "how do keys begin?")

@@ -396,8 +396,16 @@ impl Agent {
         key: &switchboard_channel::ChatKey,
         writes: &mut Batch,
     ) {
-        session.messages.push(user);
-        session.messages.extend(produced);
+        // What is kept (and shown by `sessions show`) has no secret either: the model may
+        // have written one the replies were cleaned of.
+        let redacted = |mut m: ChatMessage| {
+            if let std::borrow::Cow::Owned(clean) = switchboard_channel::redact(&m.content) {
+                m.content = clean;
+            }
+            m
+        };
+        session.messages.push(redacted(user));
+        session.messages.extend(produced.into_iter().map(redacted));
         session.turns += 1;
         session.updated_at = Some(chrono::Utc::now());
         session.compact(self.config.agent.history_messages.max(2));

@@ -126,6 +126,8 @@ impl SledStore {
             io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock")
         };
         let locked = |e: &sled::Error| matches!(e, sled::Error::Io(io) if locked_io(io));
+        // Whether sled's files were there before: if so, the store was made before.
+        let existed = std::fs::metadata(dir.join("store").join("db")).is_ok_and(|m| m.len() > 0);
         let waited = std::time::Instant::now();
         let db = loop {
             match config.open() {
@@ -144,8 +146,10 @@ impl SledStore {
         })?;
         // sled restores its id counter (plus a margin) only from a store it flushed once:
         // a new store that crashed before its first checkpoint would hand out the ids of
-        // what the journal restored again (a cron job's id, overwriting that job).
-        if !db.was_recovered() {
+        // what the journal restored again (a cron job's id, overwriting that job). The same
+        // flush makes the store's mark durable (see `mark_or_check`).
+        if !db.was_recovered() && !existed {
+            db.insert(MADE, b"1".as_slice()).map_err(backend)?;
             db.flush().map_err(backend)?;
         }
         let trees = Tree::ALL
@@ -156,6 +160,7 @@ impl SledStore {
         let journal_dir = dir.join("journal");
         std::fs::create_dir_all(&journal_dir).map_err(backend)?;
         let active = recover(&db, &trees, &journal_dir)?;
+        mark_or_check(&db, &trees, existed)?;
         let mut id_floor = 0;
         for t in [Tree::Inbox, Tree::Outbox] {
             if let Some((k, _)) = tree_of(&trees, t).last().map_err(backend)? {
@@ -251,6 +256,32 @@ pub(super) fn backend(e: impl std::fmt::Display) -> StoreError {
 
 pub(super) fn lock(m: &Mutex<Vec<u8>>) -> MutexGuard<'_, Vec<u8>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Meta key every store gets when it is made: one with sled's files but without it lost
+/// what it had (sled opens a damaged store whose snapshot is gone as an empty one).
+const MADE: &[u8] = b"store_made";
+
+/// Check that a store made before (`existed`) still holds what it had, and mark one made
+/// before the mark existed.
+fn mark_or_check(db: &sled::Db, trees: &[sled::Tree], existed: bool) -> Result<(), StoreError> {
+    // In sled's default tree, which holds nothing else.
+    if db.contains_key(MADE).map_err(backend)? {
+        return Ok(());
+    }
+    // A store made before the mark has something (at least the clean-stop mark of its last
+    // run); one whose files were there but hold nothing at all, not even the mark, was lost.
+    if existed && trees.iter().all(sled::Tree::is_empty) {
+        return Err(StoreError::Backend(
+            "the store's files are there but it opened empty: they are damaged (or part of \
+             them was removed). It is left as it is; move the `store` folder aside to start \
+             with an empty store, or put back a backup"
+                .into(),
+        ));
+    }
+    db.insert(MADE, b"1".as_slice()).map_err(backend)?;
+    db.flush().map_err(backend)?;
+    Ok(())
 }
 
 /// Apply the journal over what sled kept, flush sled, delete the files. Returns the file

@@ -220,6 +220,34 @@ async fn a_damaged_record_loses_only_its_batch_and_the_file_is_kept_aside() {
     assert!(kept.exists(), "not cleaned up with the journal");
 }
 
+#[tokio::test]
+async fn a_store_whose_files_lost_everything_is_refused_not_opened_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        commit_meta(&s, &[("kept", "1")]).await;
+    }
+    // Reopened as it is: fine.
+    drop(SledStore::open(dir.path()).unwrap());
+    // sled's data gone (the snapshot removed, the log zeroed): sled would open it empty.
+    let sled_dir = dir.path().join("store");
+    for entry in std::fs::read_dir(&sled_dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("snap.") {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let db = sled_dir.join("db");
+    let len = std::fs::metadata(&db).unwrap().len();
+    std::fs::write(&db, vec![0u8; len as usize]).unwrap();
+    let err = SledStore::open(dir.path()).err().expect("refused");
+    assert!(err.to_string().contains("opened empty"), "{err}");
+    // A new store in an empty folder is made as before.
+    let fresh = tempfile::tempdir().unwrap();
+    drop(SledStore::open(fresh.path()).unwrap());
+    drop(SledStore::open(fresh.path()).unwrap());
+}
+
 /// Bytes in the journal files of the store in `dir`.
 fn journal_bytes(dir: &Path) -> u64 {
     journal::files(&dir.join("journal"))
