@@ -384,6 +384,17 @@ async fn cli_works_offline_and_through_the_admin_api() {
     let llm = FakeLlm::start().await;
     let env = env_with(&llm.base_url(), "");
 
+    // Before any run, commands that read the store say there is none, and make none.
+    for args in [
+        &["sessions", "list"][..],
+        &["pairing", "list"],
+        &["cron", "list"],
+    ] {
+        let (ok, _, err) = cli(&env, args);
+        assert!(!ok && err.contains("no store at"), "{args:?}: {err}");
+    }
+    assert!(!env.data_dir().join("store").exists(), "a store was made");
+
     // No gateway: `chat` runs an embedded one, `sessions` open the store directly.
     let (ok, out, err) = cli(&env, &["chat", "hello from the terminal"]);
     assert!(ok, "{err}");

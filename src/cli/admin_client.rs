@@ -22,6 +22,20 @@ pub enum Target {
 }
 
 impl Target {
+    /// [`Target::find`] for commands that only read or change what is there: without a
+    /// store (no gateway ever ran with this config) they fail, instead of making an empty
+    /// one where the config points (a wrong `--config` would look like "nothing there").
+    pub async fn find_existing(config: &Config) -> anyhow::Result<Target> {
+        let store = config.gateway.data_dir.join("store");
+        if !store.exists() {
+            bail!(
+                "no store at {}: no gateway has run with this config yet (is --config right?)",
+                store.display()
+            );
+        }
+        Self::find(config).await
+    }
+
     pub async fn find(config: &Config) -> anyhow::Result<Target> {
         let dir = &config.gateway.data_dir;
         // The store first: when it opens, no gateway runs, and the token is sent nowhere
@@ -44,7 +58,7 @@ impl Target {
             .build()?;
         let base = format!("http://{addr}");
         let status = http
-            .get(format!("{base}/admin/sessions"))
+            .get(format!("{base}/admin/ping"))
             .bearer_auth(&token)
             .timeout(Duration::from_secs(3))
             .send()

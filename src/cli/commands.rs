@@ -136,7 +136,7 @@ pub fn config_check(loaded: &Loaded) -> anyhow::Result<()> {
 }
 
 pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<()> {
-    let target = Target::find(&loaded.config).await?;
+    let target = Target::find_existing(&loaded.config).await?;
     match action {
         PairingAction::List => {
             let (pending, approved): (Value, Value) = match &target {
@@ -216,7 +216,7 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
 }
 
 pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result<()> {
-    let target = Target::find(&loaded.config).await?;
+    let target = Target::find_existing(&loaded.config).await?;
     match action {
         SessionsAction::List => {
             let keys: Vec<(String, usize)> = match &target {
@@ -338,7 +338,11 @@ fn print_jobs(jobs: &Value) {
 
 pub async fn cron(loaded: &Loaded, action: CronAction) -> anyhow::Result<()> {
     use crate::scheduler::{NewJob, ScheduleSpec, Scheduler, SystemClock};
-    let target = Target::find(&loaded.config).await?;
+    // A job may be set up before the first run; the rest needs one.
+    let target = match action {
+        CronAction::Add { .. } => Target::find(&loaded.config).await?,
+        _ => Target::find_existing(&loaded.config).await?,
+    };
     let offline = match &target {
         Target::Local(store) => Some(Scheduler::new(
             store.clone(),

@@ -112,6 +112,7 @@ pub async fn serve(
         token: Arc::new(token),
     };
     let app = Router::new()
+        .route("/admin/ping", get(ping))
         .route("/admin/sessions", get(sessions_list))
         .route("/admin/session", get(session_show).delete(session_reset))
         .route("/admin/pairing", get(pairing_list))
@@ -162,6 +163,11 @@ async fn guard(
 
 fn fail(status: StatusCode, e: impl std::fmt::Display) -> Response {
     (status, axum::Json(json!({"error": e.to_string()}))).into_response()
+}
+
+/// The CLI's check that a gateway answers (and takes its token): nothing read.
+async fn ping() -> StatusCode {
+    StatusCode::NO_CONTENT
 }
 
 async fn sessions_list(State(s): State<AdminState>) -> Response {
