@@ -1,18 +1,21 @@
-//! Cron jobs through daylight-saving changes, on the real engine under tokio's paused clock:
-//! when clocks go back, a wildcard job runs in both copies of the repeated hour and a
+//! Cron jobs through clock changes, on the real engine under tokio's paused clock. Daylight
+//! saving: when clocks go back, a wildcard job runs in both copies of the repeated hour and a
 //! fixed-time job once; when they go forward, a fixed-time job in the gap runs once when it
-//! ends.
+//! ends. A system clock set ahead and put right: recurring jobs keep their schedule, in the
+//! same run and after a restart.
 
 mod scheduler_support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use scheduler_support::{Rig, at, key};
 use switchboard::config::Config;
-use switchboard::scheduler::{NewJob, ScheduleSpec};
+use switchboard::scheduler::{NewJob, ScheduleSpec, TokioClock};
 
 const HOUR: Duration = Duration::from_secs(3600);
+const MINUTE: Duration = Duration::from_secs(60);
 const BERLIN: chrono_tz::Tz = chrono_tz::Europe::Berlin;
 
 fn berlin_job(expr: &str, message: &str) -> NewJob {
@@ -118,5 +121,81 @@ async fn when_clocks_go_forward_a_fixed_time_in_the_gap_runs_once_when_it_ends()
         ("hourly", "03:10 CEST"),
     ];
     assert_eq!(fired(&rig, 3), pairs(&want));
+    rig.stop().await;
+}
+
+/// The tokio-following clock, plus an offset a test can change: a system clock set wrong
+/// and put right.
+struct JumpingClock {
+    base: TokioClock,
+    offset: std::sync::Mutex<chrono::Duration>,
+}
+
+impl switchboard::scheduler::Clock for JumpingClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.base.now() + *self.offset.lock().unwrap()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clock_a_day_ahead_and_put_back_does_not_hold_recurring_jobs_for_a_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(JumpingClock {
+        base: TokioClock::starting_at(at("2026-03-01T12:00:00Z")),
+        offset: std::sync::Mutex::new(chrono::Duration::zero()),
+    });
+    let rig = Rig::start_with(dir.path(), clock.clone(), Config::default(), None).await;
+    let j = rig
+        .add(NewJob::new(
+            key(),
+            "stretch",
+            ScheduleSpec::Every("1m".into()),
+            "cli",
+        ))
+        .await;
+    // The clock jumps a day ahead: the job fires at the wrong time and is armed from it.
+    *clock.offset.lock().unwrap() = chrono::Duration::days(1);
+    assert!(rig.handler.wait_for(1, 5 * MINUTE).await, "fired once");
+    let armed = rig.scheduler.get(&j.id).unwrap().unwrap().next_run.unwrap();
+    assert!(armed > at("2026-03-02T12:00:00Z"), "{armed}");
+    // Put right: the job runs on its minute again, not a day later.
+    *clock.offset.lock().unwrap() = chrono::Duration::zero();
+    let fired = rig.handler.count();
+    assert!(
+        rig.handler.wait_for(fired + 2, 5 * MINUTE).await,
+        "the job waits for the clock to catch up: next run {:?}",
+        rig.scheduler.get(&j.id).unwrap().unwrap().next_run
+    );
+    let next = rig.scheduler.get(&j.id).unwrap().unwrap().next_run.unwrap();
+    assert!(next < at("2026-03-01T13:00:00Z"), "{next}");
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clock_put_back_while_the_gateway_was_stopped_does_not_hold_recurring_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ahead = Arc::new(JumpingClock {
+        base: TokioClock::starting_at(at("2026-03-02T12:00:00Z")),
+        offset: std::sync::Mutex::new(chrono::Duration::zero()),
+    });
+    let rig = Rig::start_with(dir.path(), ahead, Config::default(), None).await;
+    let j = rig
+        .add(NewJob::new(
+            key(),
+            "stretch",
+            ScheduleSpec::Every("1m".into()),
+            "cli",
+        ))
+        .await;
+    assert!(rig.handler.wait_for(2, 5 * MINUTE).await, "fired");
+    rig.stop().await;
+    // Started again with the clock put right, a day back.
+    let right = Arc::new(TokioClock::starting_at(at("2026-03-01T12:00:00Z")));
+    let rig = Rig::start_with(dir.path(), right, Config::default(), None).await;
+    assert!(
+        rig.handler.wait_for(2, 5 * MINUTE).await,
+        "the job waits for the clock to catch up: next run {:?}",
+        rig.scheduler.get(&j.id).unwrap().unwrap().next_run
+    );
     rig.stop().await;
 }

@@ -25,6 +25,9 @@ use crate::store::Batch;
 const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// The clock going back by more than this makes the jobs armed while it was ahead re-armed.
 const CLOCK_BACK_MS: i64 = 60_000;
+/// `Tree::Meta` key of the latest wall-clock time the scheduler read (ms since the epoch,
+/// big-endian i64), noted at most once a minute.
+const LATEST_SEEN: &[u8] = b"scheduler_latest_seen";
 /// Wait before retrying a round whose writes the store refused.
 const STORE_RETRY: Duration = Duration::from_secs(1);
 /// Jobs taken from the index per round.
@@ -47,17 +50,24 @@ impl Scheduler {
             Ok(()) => tracing::info!("scheduler started"),
             Err(e) => tracing::error!("scheduler cannot read its jobs: {e}"),
         }
-        // At start, and whenever the clock is seen going back: jobs armed while it was ahead.
-        let mut latest: Option<i64> = None;
+        // Whenever the clock is seen behind the latest time it read (also in an earlier run,
+        // noted at most once a minute): re-arm the jobs armed while it was ahead.
+        let mut latest = self.latest_noted();
+        let mut noted = latest;
         loop {
             let now = self.clock.now().timestamp_millis();
-            if latest.is_none_or(|l| now < l.saturating_sub(CLOCK_BACK_MS)) {
+            if latest.is_some_and(|l| now < l.saturating_sub(CLOCK_BACK_MS)) {
                 if let Err(e) = self.rearm_if_ahead(self.clock.now()).await {
                     tracing::error!("cannot re-arm the cron jobs after the clock went back: {e}");
                 }
                 latest = Some(now);
+                noted = None;
             }
             latest = latest.max(Some(now));
+            if noted.is_none_or(|n| now.abs_diff(n) >= CLOCK_BACK_MS as u64) {
+                self.note_latest(now);
+                noted = Some(now);
+            }
             let first = index::first(self.store.as_ref()).unwrap_or_else(|e| {
                 tracing::error!("cannot read the cron index: {e}");
                 None
@@ -80,6 +90,24 @@ impl Scheduler {
                 _ = self.wake.notified() => {}
                 _ = sleep_or_forever(wait) => {}
             }
+        }
+    }
+
+    /// The latest wall-clock time (ms) an earlier run noted.
+    fn latest_noted(&self) -> Option<i64> {
+        let raw = self
+            .store
+            .get(crate::store::Tree::Meta, LATEST_SEEN)
+            .ok()??;
+        Some(i64::from_be_bytes(raw.as_slice().try_into().ok()?))
+    }
+
+    fn note_latest(&self, now_ms: i64) {
+        if let Err(e) = self
+            .store
+            .put(crate::store::Tree::Meta, LATEST_SEEN, &now_ms.to_be_bytes())
+        {
+            tracing::warn!("scheduler: cannot note the time: {e}");
         }
     }
 

@@ -197,12 +197,11 @@ pub fn next_after(schedule: &Schedule, tz: Tz, after: DateTime<Utc>) -> Option<D
     match schedule {
         Schedule::At { at } => (*at > after).then_some(*at),
         Schedule::Every { every_ms, anchor } => {
-            if after < *anchor {
-                return Some(*anchor);
-            }
+            // In phase with the anchor, also before it: that is only asked when the clock
+            // was ahead when the job was made, and has been put back.
             let every = i64::try_from(*every_ms).ok().filter(|n| *n > 0)?;
             let elapsed = (after - *anchor).num_milliseconds();
-            let steps = elapsed / every + 1;
+            let steps = elapsed.div_euclid(every) + 1;
             anchor.checked_add_signed(chrono::Duration::milliseconds(steps.checked_mul(every)?))
         }
         Schedule::Cron { expr } => compile_cron(expr).ok()?.next_after(tz, after),
