@@ -451,6 +451,7 @@ async fn cli_works_offline_and_through_the_admin_api() {
 #[test]
 fn output_to_a_reader_that_went_away_ends_quietly() {
     let env = Env::new("http://127.0.0.1:9/v1", "");
+    drop(SledStore::open(&env.data_dir()).unwrap());
     // `switchboard cron list | head -0`: the reading end is closed before the first line.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);

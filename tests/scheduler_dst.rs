@@ -199,3 +199,32 @@ async fn a_clock_put_back_while_the_gateway_was_stopped_does_not_hold_recurring_
     );
     rig.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_clock_stepped_back_a_few_minutes_does_not_repeat_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // Five minutes fast: the daily job runs at what the clock calls 09:00.
+    let clock = Arc::new(JumpingClock {
+        base: TokioClock::starting_at(at("2026-03-01T08:50:00Z")),
+        offset: std::sync::Mutex::new(chrono::Duration::minutes(5)),
+    });
+    let rig = Rig::start_with(dir.path(), clock.clone(), Config::default(), None).await;
+    // Sent as is (no turn, so nothing downstream would drop a second copy).
+    let mut new = NewJob::new(
+        key(),
+        "standup",
+        ScheduleSpec::Cron("0 9 * * *".into()),
+        "cli",
+    );
+    new.delivery = switchboard::scheduler::Delivery::Direct;
+    let j = rig.add(new).await;
+    rig.channel.wait_for(1, HOUR).await;
+    // NTP steps it back: 08:55 again. Today's 09:00 ran; tomorrow's is next.
+    *clock.offset.lock().unwrap() = chrono::Duration::zero();
+    tokio::time::sleep(2 * HOUR).await;
+    assert_eq!(rig.channel.sent().len(), 1, "{:?}", rig.channel.sent());
+    let job = rig.scheduler.get(&j.id).unwrap().unwrap();
+    assert_eq!(job.next_run, Some(at("2026-03-02T09:00:00Z")));
+    assert_eq!(job.runs.len(), 1, "{:?}", job.runs);
+    rig.stop().await;
+}

@@ -398,9 +398,15 @@ impl Agent {
     ) {
         // What is kept (and shown by `sessions show`) has no secret either: the model may
         // have written one the replies were cleaned of.
+        let clean = |text: &mut String| {
+            if let std::borrow::Cow::Owned(c) = switchboard_channel::redact(text) {
+                *text = c;
+            }
+        };
         let redacted = |mut m: ChatMessage| {
-            if let std::borrow::Cow::Owned(clean) = switchboard_channel::redact(&m.content) {
-                m.content = clean;
+            clean(&mut m.content);
+            for call in &mut m.tool_calls {
+                clean(&mut call.arguments);
             }
             m
         };

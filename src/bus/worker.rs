@@ -27,7 +27,7 @@ impl Bus {
                 break;
             };
             // Held through the turn: not counted while it waits.
-            let _probation = tokio::select! {
+            let probation = tokio::select! {
                 biased;
                 // The messages stay in the inbox for the next start.
                 _ = self.shutdown.cancelled() => break,
@@ -143,6 +143,8 @@ impl Bus {
             self.metrics.turns.fetch_add(1, Ordering::Relaxed);
             drop(permit);
             drop(batch);
+            // The start is counted; recording and delivery need not hold others back.
+            drop(probation);
             let recorded = match recorded {
                 Ok(entries) => Some(entries),
                 Err(e) => self.record_again(&key, e, output.replies, writes).await,

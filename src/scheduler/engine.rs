@@ -61,6 +61,10 @@ impl From<StoreError> for ScheduleError {
     }
 }
 
+/// How far back a clock may be put and a recurring job still go on after its last run (not
+/// repeat the runs made while the clock was ahead).
+const CLOCK_SLIP: chrono::Duration = chrono::Duration::hours(1);
+
 impl Scheduler {
     /// A scheduler over `store`. Give it the bus in the gateway, `None` in the offline CLI.
     pub fn new(
@@ -108,7 +112,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Re-arm from `now` the recurring jobs armed from a later time than `now`: the clock
+    /// Re-arm from `now` (see [`CLOCK_SLIP`]) the recurring jobs armed from a later time: the clock
     /// was ahead and has been put back, and they would otherwise wait for it to catch up (a
     /// day, after a clock a day ahead). A job armed normally is untouched: no run of its
     /// schedule falls between `now` and its next run. Returns how many were re-armed.
@@ -123,11 +127,21 @@ impl Scheduler {
             if !old.enabled || matches!(old.schedule, Schedule::At { .. }) {
                 continue;
             }
-            let (Some(next), Some(fresh)) =
+            let (Some(next), Some(mut fresh)) =
                 (old.next_run, next_after(&old.schedule, old.tz(), now))
             else {
                 continue;
             };
+            // A clock put back a little (NTP stepping a fast clock back minutes): the runs
+            // made meanwhile stand, and the job goes on after the last of them rather than
+            // making them again. Put back by more, it goes on from now.
+            let last_due = old.runs.last().map(|r| r.due);
+            if let Some(due) = last_due.filter(|d| fresh <= *d && *d - now <= CLOCK_SLIP) {
+                match next_after(&old.schedule, old.tz(), due) {
+                    Some(after) => fresh = after,
+                    None => continue,
+                }
+            }
             if fresh >= next {
                 continue;
             }

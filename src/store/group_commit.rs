@@ -108,6 +108,15 @@ impl Group {
     }
 }
 
+/// Whether the last journal append failed.
+fn append_failed(shared: &Shared) -> bool {
+    shared
+        .append_failed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some()
+}
+
 /// Append `bytes` to the journal and wait until they are on disk.
 fn append(shared: &Shared, active: &mut Active, bytes: &[u8]) -> Result<(), String> {
     #[cfg(test)]
@@ -152,9 +161,11 @@ pub(super) fn writer(
                         if failed || shared.sled_failed.load(Ordering::Relaxed) {
                             continue;
                         }
-                        if !lock(&shared.pending).is_empty() {
+                        if !lock(&shared.pending).is_empty() || append_failed(shared) {
                             // Direct writes and no group to take them: durable now,
-                            // answered to nobody.
+                            // answered to nobody. Or the last append failed: try one (an
+                            // empty record, if nothing else), so that `/readyz` sees the
+                            // disk take writes again without waiting for traffic.
                             Work::Flush(oneshot::channel().0)
                         } else if active.written == 0 {
                             continue;
@@ -194,6 +205,9 @@ pub(super) fn writer(
         let direct = bytes.len();
         bytes.extend_from_slice(&commits);
         commits.clear();
+        if bytes.is_empty() && append_failed(shared) {
+            journal::encode(&mut bytes, &[]);
+        }
         let durable = if bytes.is_empty() {
             Ok(())
         } else {

@@ -87,21 +87,34 @@ pub fn decode(bytes: &[u8]) -> Decoded {
     while !rest.is_empty() {
         match decode_one(&mut rest) {
             Ok(record) => out.records.push(record),
-            Err(Bad::Short) => {
-                out.torn = true;
-                break;
-            }
-            Err(Bad::Damaged { len }) => {
-                if HEADER + len >= rest.len() {
-                    out.torn = true;
-                    break;
-                }
+            Err(Bad::Damaged { len }) if HEADER + len < rest.len() => {
                 out.damaged += 1;
                 rest = &rest[HEADER + len..];
             }
+            // Cut short, or the last record failing its check: a crash's torn tail, unless
+            // a whole record follows further on (a damaged length pointed past it).
+            Err(_) => match resync(rest) {
+                Some(at) => {
+                    out.damaged += 1;
+                    rest = &rest[at..];
+                }
+                None => {
+                    out.torn = true;
+                    break;
+                }
+            },
         }
     }
     out
+}
+
+/// The first offset after the start of `bytes` where a whole, non-empty record checks out.
+fn resync(bytes: &[u8]) -> Option<usize> {
+    (1..bytes.len()).find(|&at| {
+        let mut probe = &bytes[at..];
+        let whole = probe.len() > HEADER && probe[..4] != [0; 4];
+        whole && decode_one(&mut probe).is_ok()
+    })
 }
 
 fn decode_one(rest: &mut &[u8]) -> Result<Vec<Op>, Bad> {
@@ -270,5 +283,17 @@ mod tests {
         let d = decode(&buf);
         assert_eq!(d.records, vec![vec![put("a")], vec![put("c")]]);
         assert_eq!((d.torn, d.damaged), (false, 1));
+        // A damaged length (pointing past the end) with a whole record after it: damage too.
+        buf[second + HEADER + 3] ^= 0x01;
+        buf[second + 3] ^= 0x40;
+        let d = decode(&buf);
+        assert_eq!(d.records, vec![vec![put("a")], vec![put("c")]]);
+        assert_eq!((d.torn, d.damaged), (false, 1));
+        // A torn tail of zeros after whole records is still a torn tail.
+        let mut torn = Vec::new();
+        encode(&mut torn, &[put("a")]);
+        torn.extend_from_slice(&[0, 0, 0, 9, 1, 2]);
+        let d = decode(&torn);
+        assert_eq!((d.records.len(), d.torn, d.damaged), (1, true, 0));
     }
 }

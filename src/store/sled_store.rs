@@ -159,8 +159,9 @@ impl SledStore {
             .map_err(backend)?;
         let journal_dir = dir.join("journal");
         std::fs::create_dir_all(&journal_dir).map_err(backend)?;
-        let active = recover(&db, &trees, &journal_dir)?;
+        // Checked before the journal is applied: what it restores is not what sled kept.
         mark_or_check(&db, &trees, existed)?;
+        let active = recover(&db, &trees, &journal_dir)?;
         let mut id_floor = 0;
         for t in [Tree::Inbox, Tree::Outbox] {
             if let Some((k, _)) = tree_of(&trees, t).last().map_err(backend)? {

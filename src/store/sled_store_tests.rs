@@ -227,9 +227,18 @@ async fn a_store_whose_files_lost_everything_is_refused_not_opened_empty() {
         let s = SledStore::open(dir.path()).unwrap();
         commit_meta(&s, &[("kept", "1")]).await;
     }
-    // Reopened as it is: fine.
-    drop(SledStore::open(dir.path()).unwrap());
-    // sled's data gone (the snapshot removed, the log zeroed): sled would open it empty.
+    // Reopened as it is: fine. Then a crash leaves a batch in the journal.
+    let s = SledStore::open(dir.path()).unwrap();
+    commit_meta(&s, &[("journalled", "1")]).await;
+    std::mem::forget(s);
+    let dir = {
+        let copy = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), copy.path());
+        copy
+    };
+    assert!(journal_bytes(dir.path()) > 0);
+    // sled's data gone (the snapshot removed, the log zeroed): sled would open it empty,
+    // and only the journal's batch would be there.
     let sled_dir = dir.path().join("store");
     for entry in std::fs::read_dir(&sled_dir).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -322,21 +331,34 @@ async fn a_quiet_store_folds_its_journal_into_sled() {
 async fn a_failed_journal_append_shows_in_readyz_and_its_direct_writes_go_with_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
     let s = SledStore::open(dir.path()).unwrap();
-    // A direct write (a delivered mark, say), then a commit whose append fails.
+    let refused = |s: &SledStore, on: bool| s.shared.refuse_appends.store(on, Ordering::Relaxed);
+    let a_batch = || {
+        let mut b = Batch::default();
+        b.put(Tree::Meta, "refused", "1");
+        b
+    };
+    // A full disk: `/readyz` says so until an append succeeds; with room again and no
+    // write coming, the writer tries one by itself.
+    refused(&s, true);
+    let err = s.commit(a_batch()).await.unwrap_err();
+    assert!(err.to_string().contains("journal write failed"), "{err}");
+    let why = s.unwritable().expect("unwritable while appends fail");
+    assert!(why.contains("No space left"), "{why}");
+    refused(&s, false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.unwritable().is_some() {
+        assert!(std::time::Instant::now() < deadline, "still unwritable");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // A direct write (a delivered mark, say), then a commit whose append fails: the next
+    // append carries the direct write.
     (&s as &dyn crate::store::Store)
         .put(Tree::Meta, b"direct", b"1")
         .unwrap();
-    s.shared.refuse_appends.store(true, Ordering::Relaxed);
-    let mut b = Batch::default();
-    b.put(Tree::Meta, "refused", "1");
-    let err = s.commit(b).await.unwrap_err();
-    assert!(err.to_string().contains("journal write failed"), "{err}");
-    // `/readyz` says so until an append succeeds.
-    let why = s.unwritable().expect("unwritable while appends fail");
-    assert!(why.contains("No space left"), "{why}");
-    s.shared.refuse_appends.store(false, Ordering::Relaxed);
+    refused(&s, true);
+    s.commit(a_batch()).await.unwrap_err();
+    refused(&s, false);
     commit_meta(&s, &[("later", "1")]).await;
-    assert_eq!(s.unwritable(), None);
     // A crash now: only the journal holds the direct write.
     std::mem::forget(s);
     let copy = tempfile::tempdir().unwrap();

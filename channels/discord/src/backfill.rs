@@ -25,6 +25,7 @@ use serenity::model::id::{ChannelId, GuildId, MessageId};
 
 use crate::handler::HandlerState;
 use crate::order::Reserved;
+use crate::rest::RestError;
 
 /// Channels remembered (the most recently active).
 const MAX_CHANNELS: usize = 500;
@@ -34,6 +35,13 @@ const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 const PAGE: usize = 100;
 /// Channels fetched at once.
 const PARALLEL: usize = 4;
+/// Channels caught up on after a new session, the most recently active first: their next
+/// messages wait for it.
+const MAX_CATCH_UP: usize = 200;
+/// Tries per channel, over a rate limit or a passing fault.
+const ATTEMPTS: u32 = 3;
+/// Longest wait for a rate limit before another try.
+const MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// The last message handled per channel, across the adapter's clients.
 #[derive(Default)]
@@ -200,7 +208,11 @@ impl Recent {
         if inner.sessions == 1 {
             return Vec::new();
         }
-        inner.channels.iter().map(|(c, l)| (*c, *l)).collect()
+        let mut gap: Vec<(ChannelId, Last)> =
+            inner.channels.iter().map(|(c, l)| (*c, *l)).collect();
+        gap.sort_by_key(|(_, l)| std::cmp::Reverse(l.at));
+        gap.truncate(MAX_CATCH_UP);
+        gap
     }
 }
 
@@ -215,19 +227,15 @@ pub(crate) async fn catch_up(
         channels = todo.len(),
         "discord: new session; fetching what was sent meanwhile"
     );
-    futures_util::stream::iter(todo)
+    let shutdown = state.shutdown.clone();
+    let all = futures_util::stream::iter(todo)
         .for_each_concurrent(PARALLEL, |(channel, last, place)| {
             let state = state.clone();
             let ctx = ctx.clone();
             async move {
                 let _turn = place.wait().await;
-                let msgs = match state.rest.messages_after(channel.get(), last.id.get()).await {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!(channel = %channel, error = %e,
-                            "discord: could not fetch the messages sent while disconnected");
-                        return;
-                    }
+                let Some(msgs) = fetch(&state, channel, last).await else {
+                    return;
                 };
                 if msgs.len() >= PAGE {
                     tracing::warn!(channel = %channel,
@@ -242,8 +250,51 @@ pub(crate) async fn catch_up(
                     state.handle(&ctx, &msg).await;
                 }
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        _ = all => {}
+        // What is left is fetched after the next start (the state file).
+        _ = shutdown.cancelled() => {}
+    }
+}
+
+/// What `channel` got after `last`, tried [`ATTEMPTS`] times over a rate limit or a
+/// passing fault; `None` when it cannot be had (the gap is then lost, and said so).
+async fn fetch(
+    state: &HandlerState,
+    channel: ChannelId,
+    last: Last,
+) -> Option<Vec<serenity::model::channel::Message>> {
+    let mut wait = Duration::from_secs(1);
+    for attempt in 1..=ATTEMPTS {
+        let err = match state
+            .rest
+            .messages_after(channel.get(), last.id.get())
+            .await
+        {
+            Ok(m) => return Some(m),
+            Err(e) => e,
+        };
+        let retry = match &err {
+            RestError::RateLimited(d) => Some((*d).min(MAX_WAIT)),
+            e if e.is_transient() => Some(wait),
+            _ => None,
+        };
+        match retry {
+            Some(d) if attempt < ATTEMPTS => {
+                tracing::info!(channel = %channel, error = %err, retry_in = ?d,
+                    "discord: fetching the messages sent while disconnected");
+                tokio::time::sleep(d).await;
+                wait *= 2;
+            }
+            _ => {
+                tracing::warn!(channel = %channel, error = %err,
+                    "discord: could not fetch the messages sent while disconnected; they are not answered");
+                return None;
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]

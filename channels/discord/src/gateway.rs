@@ -104,6 +104,7 @@ async fn keep_up(
                     recent.clone(),
                     rest.clone(),
                     tokio::runtime::Handle::current(),
+                    shutdown.clone(),
                 );
                 run_client(cfg, rest, Arc::new(state), &shutdown).await
             }

@@ -15,6 +15,7 @@ use serenity::model::id::{GuildId, RoleId, UserId};
 use switchboard_channel::{InboundMessage, InboundSender};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::backfill::{self, Recent};
 use crate::intake;
@@ -37,6 +38,8 @@ pub(crate) struct HandlerState {
     /// The gateway's runtime: the bus spawns tasks, which belong there and not on the
     /// client's own thread (see `client`).
     pub(crate) main: Handle,
+    /// The adapter's shutdown: a catch-up under way stops with it.
+    pub(crate) shutdown: CancellationToken,
 }
 
 impl HandlerState {
@@ -46,6 +49,7 @@ impl HandlerState {
         recent: Arc<Recent>,
         rest: Rest,
         main: Handle,
+        shutdown: CancellationToken,
     ) -> Self {
         Self {
             inbound,
@@ -56,6 +60,7 @@ impl HandlerState {
             recent,
             rest,
             main,
+            shutdown,
         }
     }
 

@@ -107,13 +107,19 @@ impl Order {
 
     /// Wait until the messages the gateway sent before `id` in `channel` are done; this one
     /// is done when the returned [`Turn`] drops (also on a panic or a cancelled handler).
-    /// A message that reached serenity before [`Order::attach`] ran has no place and no wait.
+    /// A message that reached serenity before [`Order::attach`] ran takes its place now.
     pub(crate) async fn turn(&self, channel: ChannelId, id: MessageId) -> Turn {
-        let place = self.lines().places.remove(&id);
-        let (after, done) = match place {
-            Some(p) => (p.after, Some(p.done)),
-            None => (None, None),
+        let place = {
+            let mut lines = self.lines();
+            // One that reached serenity before `attach` ran (right after a new session's
+            // READY) joins the line now, behind the places the READY handler reserved for
+            // the session's catch-up: the client's runtime runs handlers in dispatch order.
+            lines
+                .places
+                .remove(&id)
+                .unwrap_or_else(|| lines.join(channel))
         };
+        let (after, done) = (place.after, Some(place.done));
         let turn = Turn {
             order: self.clone(),
             channel,
@@ -147,7 +153,7 @@ impl Reserved {
 pub(crate) struct Turn {
     order: Order,
     channel: ChannelId,
-    /// `None` for a message without a place.
+    /// Dropped (taken) when the turn ends: the next in line goes.
     done: Option<oneshot::Sender<()>>,
 }
 
@@ -216,6 +222,21 @@ mod tests {
         );
         drop(turn);
         drop(next.await);
+        assert!(order.lines().tails.is_empty() && order.lines().places.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_message_without_a_place_waits_behind_a_reservation() {
+        let order = Order::default();
+        let (chan, unplaced) = ids(5);
+        let reserved = order.reserve(chan).wait().await;
+        let mut later = Box::pin(order.turn(chan, unplaced));
+        assert!(
+            (&mut later).now_or_never().is_none(),
+            "overtook the catch-up"
+        );
+        drop(reserved);
+        drop(later.await);
         assert!(order.lines().tails.is_empty() && order.lines().places.is_empty());
     }
 

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use switchboard_fakes::discord::{Author, IncomingMessage};
+use switchboard_fakes::discord::{Author, Fault, IncomingMessage};
 
 const CHAN: u64 = 111;
 const DM: u64 = 333;
@@ -118,6 +118,8 @@ async fn a_session_discord_will_not_resume_is_identified_again_and_caught_up_in_
         .push_message_create(IncomingMessage::guild_mention(CHAN, alice(), "first"));
     h.rec.wait_for_msgs(1).await;
     h.fake.end_session();
+    // The first fetch of the gap meets a passing fault; the next one gets it.
+    h.fake.inject_faults([Fault::ServerError]);
     h.fake.drop_connection();
     let gap: Vec<u64> = (1..=3)
         .map(|i| {
@@ -141,6 +143,14 @@ async fn a_session_discord_will_not_resume_is_identified_again_and_caught_up_in_
         .map(|id| format!("discord:msg:{id}"))
         .collect();
     assert_eq!(ids(&msgs), want, "once each, in the order they were sent");
+    // One read refused with the fault, then the one recorded.
+    assert_eq!(h.fake.faulted_posts(), 1, "the fault was met");
+    assert_eq!(
+        h.fake.history_reads().len(),
+        1,
+        "{:?}",
+        h.fake.history_reads()
+    );
     h.stop().await;
 }
 

@@ -364,7 +364,8 @@ impl FakeDiscord {
 
     // ---- faults --------------------------------------------------------------------------
 
-    /// The next message posts / edits answer with these faults, in order.
+    /// The next message posts / edits (and channel message reads) answer with these faults,
+    /// in order.
     pub fn inject_faults(&self, faults: impl IntoIterator<Item = Fault>) {
         self.shared.lock().faults.extend(faults);
     }

@@ -123,6 +123,10 @@ async fn channel_messages(
             .find(|(n, _)| n == k)
             .and_then(|(_, v)| v.parse::<u64>().ok())
     };
+    // Injected faults answer reads too (a test that wants one here posts nothing meanwhile).
+    if let Some(r) = take_fault(&shared) {
+        return r;
+    }
     let limit = param("limit").unwrap_or(50);
     if !(1..=100).contains(&limit) {
         return error(StatusCode::BAD_REQUEST, "Invalid Form Body");
