@@ -134,16 +134,27 @@ fn bundled_skills_parse_and_are_available() {
     );
 }
 
-#[tokio::test]
-async fn subagent_result_reaches_the_parent_chat_and_it_cannot_spawn_or_message() {
-    let h = Harness::new().await;
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+/// The harness's agent with a publisher that hands on what it publishes (a sub-agent's
+/// result) through the returned receiver.
+fn spawning_agent(
+    h: &Harness,
+) -> (
+    switchboard::agent::Agent,
+    tokio::sync::mpsc::Receiver<switchboard_channel::InboundMessage>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
     let publisher = Arc::new(RecordingPublisher {
         known: vec![key()],
         ..Default::default()
     });
     *publisher.tx.lock().unwrap() = Some(tx);
-    let agent = h.agent().with_publisher(publisher.clone());
+    (h.agent().with_publisher(publisher), rx)
+}
+
+#[tokio::test]
+async fn subagent_result_reaches_the_parent_chat_and_it_cannot_spawn_or_message() {
+    let h = Harness::new().await;
+    let (agent, mut rx) = spawning_agent(&h);
 
     h.llm.push(Reply::tool_call(
         "spawn",
@@ -378,13 +389,7 @@ async fn anthropic_provider_runs_the_tool_loop() {
 #[tokio::test]
 async fn a_failed_subagent_reports_the_brief_error_not_the_providers_words() {
     let h = Harness::new().await;
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let publisher = Arc::new(RecordingPublisher {
-        known: vec![key()],
-        ..Default::default()
-    });
-    *publisher.tx.lock().unwrap() = Some(tx);
-    let agent = h.agent().with_publisher(publisher.clone());
+    let (agent, mut rx) = spawning_agent(&h);
     h.llm.push(Reply::tool_call(
         "spawn",
         json!({"task": "research penguins"}),

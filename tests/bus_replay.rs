@@ -98,16 +98,7 @@ struct DiesOnP {
 
 impl DiesOnP {
     async fn wait(&self, what: &str, done: impl Fn(&Self) -> bool) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let changed = self.changed.notified();
-            if done(self) {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                panic!("timed out waiting for {what}");
-            }
-        }
+        common::bus::wait_on(self, &self.changed, WAIT, what, done).await;
     }
 }
 

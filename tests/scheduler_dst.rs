@@ -137,22 +137,25 @@ impl switchboard::scheduler::Clock for JumpingClock {
     }
 }
 
+/// A clock reading `start` plus `offset` (changeable), following tokio's.
+fn jumping(start: &str, offset: chrono::Duration) -> Arc<JumpingClock> {
+    Arc::new(JumpingClock {
+        base: TokioClock::starting_at(at(start)),
+        offset: std::sync::Mutex::new(offset),
+    })
+}
+
+/// An every-minute job for the test chat, set from the CLI.
+fn every_minute() -> NewJob {
+    NewJob::new(key(), "stretch", ScheduleSpec::Every("1m".into()), "cli")
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_clock_a_day_ahead_and_put_back_does_not_hold_recurring_jobs_for_a_day() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(JumpingClock {
-        base: TokioClock::starting_at(at("2026-03-01T12:00:00Z")),
-        offset: std::sync::Mutex::new(chrono::Duration::zero()),
-    });
+    let clock = jumping("2026-03-01T12:00:00Z", chrono::Duration::zero());
     let rig = Rig::start_with(dir.path(), clock.clone(), Config::default(), None).await;
-    let j = rig
-        .add(NewJob::new(
-            key(),
-            "stretch",
-            ScheduleSpec::Every("1m".into()),
-            "cli",
-        ))
-        .await;
+    let j = rig.add(every_minute()).await;
     // The clock jumps a day ahead: the job fires at the wrong time and is armed from it.
     *clock.offset.lock().unwrap() = chrono::Duration::days(1);
     assert!(rig.handler.wait_for(1, 5 * MINUTE).await, "fired once");
@@ -174,19 +177,9 @@ async fn a_clock_a_day_ahead_and_put_back_does_not_hold_recurring_jobs_for_a_day
 #[tokio::test(start_paused = true)]
 async fn a_clock_put_back_while_the_gateway_was_stopped_does_not_hold_recurring_jobs() {
     let dir = tempfile::tempdir().unwrap();
-    let ahead = Arc::new(JumpingClock {
-        base: TokioClock::starting_at(at("2026-03-02T12:00:00Z")),
-        offset: std::sync::Mutex::new(chrono::Duration::zero()),
-    });
+    let ahead = jumping("2026-03-02T12:00:00Z", chrono::Duration::zero());
     let rig = Rig::start_with(dir.path(), ahead, Config::default(), None).await;
-    let j = rig
-        .add(NewJob::new(
-            key(),
-            "stretch",
-            ScheduleSpec::Every("1m".into()),
-            "cli",
-        ))
-        .await;
+    let j = rig.add(every_minute()).await;
     assert!(rig.handler.wait_for(2, 5 * MINUTE).await, "fired");
     rig.stop().await;
     // Started again with the clock put right, a day back.
@@ -204,10 +197,7 @@ async fn a_clock_put_back_while_the_gateway_was_stopped_does_not_hold_recurring_
 async fn a_fast_clock_stepped_back_a_few_minutes_does_not_repeat_a_run() {
     let dir = tempfile::tempdir().unwrap();
     // Five minutes fast: the daily job runs at what the clock calls 09:00.
-    let clock = Arc::new(JumpingClock {
-        base: TokioClock::starting_at(at("2026-03-01T08:50:00Z")),
-        offset: std::sync::Mutex::new(chrono::Duration::minutes(5)),
-    });
+    let clock = jumping("2026-03-01T08:50:00Z", chrono::Duration::minutes(5));
     let rig = Rig::start_with(dir.path(), clock.clone(), Config::default(), None).await;
     // Sent as is (no turn, so nothing downstream would drop a second copy).
     let mut new = NewJob::new(

@@ -54,3 +54,24 @@ pub async fn stop_bus(shutdown: CancellationToken, tracker: TaskTracker) {
     tracker.close();
     tracker.wait().await;
 }
+
+/// Wait until `done(this)` holds, looking again at each `changed` notification; panics
+/// naming `what` after `within`.
+pub async fn wait_on<T>(
+    this: &T,
+    changed: &tokio::sync::Notify,
+    within: std::time::Duration,
+    what: &str,
+    done: impl Fn(&T) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let notified = changed.notified();
+        if done(this) {
+            return;
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            panic!("timed out waiting for {what}");
+        }
+    }
+}

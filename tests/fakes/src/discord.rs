@@ -281,50 +281,7 @@ impl FakeDiscord {
     pub fn push_message_create(&self, msg: IncomingMessage) -> u64 {
         let mut st = self.shared.lock();
         let id = st.new_id();
-        let reference = msg.reply_to.clone().map(|(rid, author, text)| {
-            let referenced =
-                message_json(rid, msg.channel_id, msg.guild_id, &author, &text, |_| {});
-            (rid, referenced)
-        });
-        let d = message_json(
-            id,
-            msg.channel_id,
-            msg.guild_id,
-            &msg.author,
-            &msg.content,
-            |m| {
-                m.insert(
-                    "mentions".into(),
-                    Value::Array(msg.mentions.iter().map(Author::to_json).collect()),
-                );
-                m.insert(
-                    "mention_roles".into(),
-                    Value::Array(
-                        msg.mention_roles
-                            .iter()
-                            .map(|r| json!(r.to_string()))
-                            .collect(),
-                    ),
-                );
-                m.insert("attachments".into(), Value::Array(msg.attachments.clone()));
-                if let Some((rid, referenced)) = reference {
-                    m.insert("type".into(), json!(19));
-                    m.insert(
-                    "message_reference".into(),
-                    json!({"message_id": rid.to_string(), "channel_id": msg.channel_id.to_string(),
-                           "guild_id": msg.guild_id.map(|g| g.to_string())}),
-                );
-                    m.insert("referenced_message".into(), referenced);
-                }
-                if msg.guild_id.is_some() {
-                    m.insert(
-                        "member".into(),
-                        json!({"roles": [], "joined_at": "2024-01-01T00:00:00.000000+00:00",
-                    "deaf": false, "mute": false}),
-                    );
-                }
-            },
-        );
+        let d = incoming_json(id, &msg);
         st.remember(msg.channel_id, &d);
         st.dispatch("MESSAGE_CREATE", d);
         drop(st);
@@ -337,19 +294,7 @@ impl FakeDiscord {
     pub fn push_unseen_message(&self, msg: IncomingMessage) -> u64 {
         let mut st = self.shared.lock();
         let id = st.new_id();
-        let d = message_json(
-            id,
-            msg.channel_id,
-            msg.guild_id,
-            &msg.author,
-            &msg.content,
-            |m| {
-                m.insert(
-                    "mentions".into(),
-                    Value::Array(msg.mentions.iter().map(Author::to_json).collect()),
-                );
-            },
-        );
+        let d = incoming_json(id, &msg);
         st.remember(msg.channel_id, &d);
         drop(st);
         self.shared.bump();
@@ -516,4 +461,51 @@ impl FakeDiscord {
     pub async fn wait_for_heartbeats(&self, n: usize, timeout: Duration) -> bool {
         self.wait(timeout, |s| s.heartbeats >= n).await
     }
+}
+
+/// The MESSAGE_CREATE data of `msg` with message id `id`, as the gateway sends it.
+fn incoming_json(id: u64, msg: &IncomingMessage) -> Value {
+    let reference = msg.reply_to.clone().map(|(rid, author, text)| {
+        let referenced = message_json(rid, msg.channel_id, msg.guild_id, &author, &text, |_| {});
+        (rid, referenced)
+    });
+    message_json(
+        id,
+        msg.channel_id,
+        msg.guild_id,
+        &msg.author,
+        &msg.content,
+        |m| {
+            m.insert(
+                "mentions".into(),
+                Value::Array(msg.mentions.iter().map(Author::to_json).collect()),
+            );
+            m.insert(
+                "mention_roles".into(),
+                Value::Array(
+                    msg.mention_roles
+                        .iter()
+                        .map(|r| json!(r.to_string()))
+                        .collect(),
+                ),
+            );
+            m.insert("attachments".into(), Value::Array(msg.attachments.clone()));
+            if let Some((rid, referenced)) = reference {
+                m.insert("type".into(), json!(19));
+                m.insert(
+                    "message_reference".into(),
+                    json!({"message_id": rid.to_string(), "channel_id": msg.channel_id.to_string(),
+                           "guild_id": msg.guild_id.map(|g| g.to_string())}),
+                );
+                m.insert("referenced_message".into(), referenced);
+            }
+            if msg.guild_id.is_some() {
+                m.insert(
+                    "member".into(),
+                    json!({"roles": [], "joined_at": "2024-01-01T00:00:00.000000+00:00",
+                    "deaf": false, "mute": false}),
+                );
+            }
+        },
+    )
 }
