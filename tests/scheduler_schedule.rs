@@ -109,6 +109,12 @@ fn every_keeps_its_phase() {
     assert_eq!(next_after(&s, BERLIN, now), Some(t("2026-03-01T12:00:01Z")));
     let s = Schedule::parse(&ScheduleSpec::Every("2 hours".into()), BERLIN, now).unwrap();
     assert_eq!(next_after(&s, BERLIN, now), Some(t("2026-03-01T14:00:00Z")));
+    // "1M" is no minute: a model meaning a month would get a reminder a minute.
+    let e = Schedule::parse(&ScheduleSpec::Every("1M".into()), BERLIN, now).unwrap_err();
+    assert!(e.to_string().contains("minutes or months"), "{e}");
+    assert!(Schedule::parse(&ScheduleSpec::At("in 1M".into()), BERLIN, now).is_err());
+    let s = Schedule::parse(&ScheduleSpec::At("in 1m".into()), BERLIN, now).unwrap();
+    assert_eq!(next_after(&s, BERLIN, now), Some(t("2026-03-01T12:01:00Z")));
 }
 
 #[test]

@@ -19,8 +19,9 @@ impl DurationStr {
     }
 }
 
-/// Parse `"30s"`, `"1h30m"`, `"500ms"`, `"2d"`, also written with spaces and words
+/// Parse `"30s"`, `"1h30m"`, `"500ms"`, `"2d"`, `"1w"`, also written with spaces and words
 /// (`"1h 30m"`, `"10 minutes"`, `"2 hours"`). A bare number is refused: the unit matters.
+/// So is `"M"` (minutes or months?) and a month (no fixed length).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s.is_empty() {
@@ -44,7 +45,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             .unwrap_or(rest.len());
         let unit = &rest[..unit_len];
         rest = rest[unit_len..].trim_start();
-        let part = match unit.to_ascii_lowercase().as_str() {
+        let lower = unit.to_ascii_lowercase();
+        if unit == "M" || matches!(lower.as_str(), "mo" | "mon" | "month" | "months") {
+            // A model asking for "every 1M" would get a reminder a minute, not a month.
+            return Err(format!(
+                "{s:?}: \"{unit}\" could be minutes or months; write \"m\" or \"min\" for \
+                 minutes (a month is no fixed duration: use a cron schedule such as \"0 9 1 * *\")"
+            ));
+        }
+        let part = match lower.as_str() {
             "ms" => Duration::from_millis(n),
             "s" | "sec" | "secs" | "second" | "seconds" => Duration::from_secs(n),
             "m" | "min" | "mins" | "minute" | "minutes" => {
@@ -54,6 +63,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
                 Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?)
             }
             "d" | "day" | "days" => Duration::from_secs(n.checked_mul(86_400).ok_or_else(bad)?),
+            "w" | "wk" | "week" | "weeks" => {
+                Duration::from_secs(n.checked_mul(604_800).ok_or_else(bad)?)
+            }
             _ => return Err(bad()),
         };
         total = total.checked_add(part).ok_or_else(bad)?;
@@ -101,6 +113,26 @@ impl<'de> Deserialize<'de> for DurationStr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn months_are_refused_and_weeks_taken() {
+        for s in ["1M", "2 months", "1mo"] {
+            let e = parse_duration(s).unwrap_err();
+            assert!(
+                e.contains("minutes or months") && e.contains("cron"),
+                "{s}: {e}"
+            );
+        }
+        assert_eq!(parse_duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(
+            parse_duration("2w").unwrap(),
+            Duration::from_secs(1_209_600)
+        );
+        assert_eq!(
+            parse_duration("1 week").unwrap(),
+            Duration::from_secs(604_800)
+        );
+    }
 
     #[test]
     fn parses_units_and_compounds() {

@@ -224,12 +224,7 @@ fn parse_every(s: &str) -> Result<Duration, ScheduleError> {
     if s.trim().is_empty() {
         return Err(ScheduleError::Empty);
     }
-    let d = plain_duration(s).ok_or_else(|| {
-        ScheduleError::BadDuration(format!(
-            "expected a duration like \"30m\", \"1h\" or \"2 hours\", got {:?}",
-            s.trim()
-        ))
-    })?;
+    let d = plain_duration(s).map_err(ScheduleError::BadDuration)?;
     if d < Duration::from_secs(1) {
         return Err(ScheduleError::TooShort(s.trim().to_string()));
     }
@@ -237,14 +232,15 @@ fn parse_every(s: &str) -> Result<Duration, ScheduleError> {
 }
 
 /// `10 minutes`, `2 hours and 30 min`, `1h, 30m`: what people type (`and` and commas are
-/// passed over), read by the config's `parse_duration`.
-fn plain_duration(s: &str) -> Option<Duration> {
+/// passed over), read by the config's `parse_duration` (which refuses `1M`: minutes or
+/// months?).
+fn plain_duration(s: &str) -> Result<Duration, String> {
     let words: Vec<&str> = s
         .split_whitespace()
         .map(|w| w.trim_end_matches(','))
         .filter(|w| !w.is_empty() && !w.eq_ignore_ascii_case("and"))
         .collect();
-    crate::config::parse_duration(&words.join(" ")).ok()
+    crate::config::parse_duration(&words.join(" "))
 }
 
 fn parse_at(s: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, ScheduleError> {
@@ -254,8 +250,9 @@ fn parse_at(s: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, Schedu
     }
     let bad = || ScheduleError::BadTime(s.to_string());
     let lower = s.to_ascii_lowercase();
-    let at = if let Some(rest) = lower.strip_prefix("in ") {
-        let d = plain_duration(rest).ok_or_else(bad)?;
+    let at = if lower.starts_with("in ") {
+        // As written: `in 1M` is no minute (see `plain_duration`).
+        let d = plain_duration(&s[3..]).map_err(|_| bad())?;
         let d = chrono::Duration::from_std(d).map_err(|_| bad())?;
         now.checked_add_signed(d).ok_or_else(bad)?
     } else if let Ok(t) = DateTime::parse_from_rfc3339(s) {
