@@ -498,6 +498,27 @@ async fn commands_are_answered_without_the_llm() {
     assert_eq!(h.llm.request_count(), 0);
 }
 
+/// Run a turn of `m` that `/stop` cancels once `stop_when` is done; it ends with no reply,
+/// and its writes are applied to `store`.
+async fn stopped_turn(
+    agent: &switchboard::agent::Agent,
+    store: &std::sync::Arc<dyn switchboard::store::Store>,
+    m: switchboard_channel::InboundMessage,
+    stop_when: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let inp = input(m);
+    let cancel = inp.cancel.clone();
+    tokio::spawn(async move {
+        stop_when.await;
+        cancel.cancel();
+    });
+    let out = switchboard::bus::TurnHandler::handle(agent, inp)
+        .await
+        .expect("a /stop finishes the turn");
+    assert!(out.replies.is_empty());
+    store.apply(out.writes).unwrap();
+}
+
 #[tokio::test]
 async fn stop_keeps_a_valid_history_with_cancelled_results() {
     let h = Harness::new().await;
@@ -512,19 +533,12 @@ async fn stop_keeps_a_valid_history_with_cancelled_results() {
         ("slow", json!({})),
         ("list_dir", json!({"path": "."})),
     ]));
-    let inp = input(msg("t:1", "go"));
-    let cancel = inp.cancel.clone();
-    tokio::spawn(async move {
+    stopped_turn(&agent, &h.store, msg("t:1", "go"), async move {
         tokio::time::timeout(Duration::from_secs(5), started.notified())
             .await
             .unwrap();
-        cancel.cancel();
-    });
-    let out = switchboard::bus::TurnHandler::handle(&agent, inp)
-        .await
-        .expect("a /stop finishes the turn");
-    assert!(out.replies.is_empty());
-    h.store.apply(out.writes).unwrap();
+    })
+    .await;
     let s = stored_session(&h.store);
     let msgs = s["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 4);
@@ -550,20 +564,13 @@ async fn a_stop_before_the_first_answer_never_sends_two_user_messages_in_a_row()
     // The model is still thinking when the user sends /stop.
     h.llm
         .push(Reply::text("too late").with_delay(Duration::from_secs(60)));
-    let inp = input(msg("t:1", "write a poem"));
-    let cancel = inp.cancel.clone();
     let llm = h.llm.clone();
-    tokio::spawn(async move {
+    stopped_turn(&agent, &h.store, msg("t:1", "write a poem"), async move {
         llm.wait_for_requests(1, Duration::from_secs(5))
             .await
             .unwrap();
-        cancel.cancel();
-    });
-    let out = switchboard::bus::TurnHandler::handle(&agent, inp)
-        .await
-        .expect("a /stop finishes the turn");
-    assert!(out.replies.is_empty());
-    h.store.apply(out.writes).unwrap();
+    })
+    .await;
 
     let s = stored_session(&h.store);
     assert_eq!(

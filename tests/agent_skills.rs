@@ -135,7 +135,8 @@ fn bundled_skills_parse_and_are_available() {
 }
 
 /// The harness's agent with a publisher that hands on what it publishes (a sub-agent's
-/// result) through the returned receiver.
+/// result) through the returned receiver; the model's first answer spawns a sub-agent to
+/// "research penguins" (the sub-agent's replies are the test's to push).
 fn spawning_agent(
     h: &Harness,
 ) -> (
@@ -148,6 +149,11 @@ fn spawning_agent(
         ..Default::default()
     });
     *publisher.tx.lock().unwrap() = Some(tx);
+    h.llm.push(Reply::tool_call(
+        "spawn",
+        json!({"task": "research penguins"}),
+    ));
+    h.llm.push(Reply::text("I started a helper."));
     (h.agent().with_publisher(publisher), rx)
 }
 
@@ -155,12 +161,6 @@ fn spawning_agent(
 async fn subagent_result_reaches_the_parent_chat_and_it_cannot_spawn_or_message() {
     let h = Harness::new().await;
     let (agent, mut rx) = spawning_agent(&h);
-
-    h.llm.push(Reply::tool_call(
-        "spawn",
-        json!({"task": "research penguins"}),
-    ));
-    h.llm.push(Reply::text("I started a helper."));
     // The sub-agent's requests carry the task as their user message.
     h.llm.push_for(
         "research penguins",
@@ -390,11 +390,6 @@ async fn anthropic_provider_runs_the_tool_loop() {
 async fn a_failed_subagent_reports_the_brief_error_not_the_providers_words() {
     let h = Harness::new().await;
     let (agent, mut rx) = spawning_agent(&h);
-    h.llm.push(Reply::tool_call(
-        "spawn",
-        json!({"task": "research penguins"}),
-    ));
-    h.llm.push(Reply::text("I started a helper."));
     h.llm.push_for(
         "research penguins",
         Reply::error(

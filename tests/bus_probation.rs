@@ -3,60 +3,18 @@
 //! and the messages that were merely running beside it are answered.
 
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 mod common;
 
-use async_trait::async_trait;
-use common::bus::{bus_on, leave_in_inbox, stop_bus};
+use common::bus::{DiesOnP, bus_on, leave_in_inbox, stop_bus};
 use common::message;
-use switchboard::bus::{Interrupted, MAX_RESUMES, TurnHandler, TurnInput, TurnOutput};
+use switchboard::bus::MAX_RESUMES;
 use switchboard::store::{SledStore, Store, Tree};
 use switchboard_channel::ChatKey;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Chat `p`'s turn never ends (the gateway dies in it). The others are slow: they end only
-/// once `released`, else they are still running when the gateway dies.
-#[derive(Default)]
-struct Slow {
-    p_starts: AtomicUsize,
-    others_running: AtomicUsize,
-    released: AtomicBool,
-    answered: Mutex<Vec<String>>,
-    changed: tokio::sync::Notify,
-}
-
-impl Slow {
-    async fn wait(&self, what: &str, done: impl Fn(&Self) -> bool) {
-        common::bus::wait_on(self, &self.changed, WAIT, what, done).await;
-    }
-}
-
-#[async_trait]
-impl TurnHandler for Slow {
-    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
-        if turn.key.chat_id == "p" {
-            self.p_starts.fetch_add(1, SeqCst);
-            self.changed.notify_waiters();
-            turn.cancel.cancelled().await;
-            return Err(Interrupted);
-        }
-        if !self.released.load(SeqCst) {
-            self.others_running.fetch_add(1, SeqCst);
-            self.changed.notify_waiters();
-            turn.cancel.cancelled().await;
-            self.others_running.fetch_sub(1, SeqCst);
-            return Err(Interrupted);
-        }
-        let mut answered = self.answered.lock().unwrap();
-        answered.extend(turn.messages.iter().map(|m| m.text.clone()));
-        self.changed.notify_waiters();
-        Ok(TurnOutput::default())
-    }
-}
 
 #[tokio::test]
 async fn messages_running_beside_the_one_that_kills_the_gateway_are_answered() {
@@ -73,14 +31,15 @@ async fn messages_running_beside_the_one_that_kills_the_gateway_are_answered() {
         m.metadata.insert("resumes".into(), 1.into());
         leave_in_inbox(&*store, m);
     }
-    let handler = Arc::new(Slow::default());
+    let handler = Arc::new(DiesOnP::default());
+    handler.hold_others.store(true, SeqCst);
     // p runs (alone among them) at each start until it is given up: counts 2..=MAX_RESUMES.
     let runs = MAX_RESUMES as usize - 1;
     for run in 0..runs {
         let (bus, shutdown, tracker) = bus_on(&store, 8, handler.clone());
         bus.replay().await.unwrap();
         handler
-            .wait("p's turn", |h| h.p_starts.load(SeqCst) == run + 1)
+            .wait(WAIT, "p's turn", |h| h.p_starts.load(SeqCst) == run + 1)
             .await;
         assert_eq!(
             handler.others_running.load(SeqCst),
@@ -91,11 +50,11 @@ async fn messages_running_beside_the_one_that_kills_the_gateway_are_answered() {
         stop_bus(shutdown, tracker).await;
     }
     // The next start gives p up; the others run and, quick this time, are answered.
-    handler.released.store(true, SeqCst);
+    handler.hold_others.store(false, SeqCst);
     let (bus, shutdown, tracker) = bus_on(&store, 8, handler.clone());
     bus.replay().await.unwrap();
     handler
-        .wait("the other four answered", |h| {
+        .wait(WAIT, "the other four answered", |h| {
             h.answered.lock().unwrap().len() == 4
         })
         .await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 mod common;
 
 use async_trait::async_trait;
-use common::bus::{bus_on, bus_with, leave_in_inbox, stop_bus};
+use common::bus::{DiesOnP, bus_on, bus_with, leave_in_inbox, stop_bus};
 use common::{message, message_alone};
 use switchboard::bus::{Interrupted, TurnHandler, TurnInput, TurnOutput};
 use switchboard::store::{SledStore, Store, Tree};
@@ -87,38 +87,6 @@ async fn new_messages_wait_for_the_replay_of_unfinished_ones() {
     stop_bus(shutdown, tracker).await;
 }
 
-/// Never finishes a turn of chat `p` (as if the gateway died in it: it ends only with the
-/// run); records the texts of the others.
-#[derive(Default)]
-struct DiesOnP {
-    p_starts: std::sync::atomic::AtomicUsize,
-    texts: Mutex<Vec<String>>,
-    changed: tokio::sync::Notify,
-}
-
-impl DiesOnP {
-    async fn wait(&self, what: &str, done: impl Fn(&Self) -> bool) {
-        common::bus::wait_on(self, &self.changed, WAIT, what, done).await;
-    }
-}
-
-#[async_trait]
-impl TurnHandler for DiesOnP {
-    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
-        if turn.key.chat_id == "p" {
-            self.p_starts
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            self.changed.notify_waiters();
-            turn.cancel.cancelled().await;
-            return Err(Interrupted);
-        }
-        let mut texts = self.texts.lock().unwrap();
-        texts.extend(turn.messages.iter().map(|m| m.text.clone()));
-        self.changed.notify_waiters();
-        Ok(TurnOutput::default())
-    }
-}
-
 #[tokio::test]
 async fn a_message_that_only_waited_through_crashes_is_never_given_up() {
     use std::sync::atomic::Ordering::SeqCst;
@@ -142,19 +110,21 @@ async fn a_message_that_only_waited_through_crashes_is_never_given_up() {
         }
         if run + 1 < runs {
             handler
-                .wait("p's turn to start", |h| h.p_starts.load(SeqCst) == run + 1)
+                .wait(WAIT, "p's turn to start", |h| {
+                    h.p_starts.load(SeqCst) == run + 1
+                })
                 .await;
             assert!(
-                handler.texts.lock().unwrap().is_empty(),
+                handler.answered.lock().unwrap().is_empty(),
                 "w ran in run {run}"
             );
         } else {
             // Started at every start after a crash until given up; then w, at last.
             handler
-                .wait("w's turn", |h| !h.texts.lock().unwrap().is_empty())
+                .wait(WAIT, "w's turn", |h| !h.answered.lock().unwrap().is_empty())
                 .await;
             assert_eq!(handler.p_starts.load(SeqCst), MAX_RESUMES as usize + 1);
-            assert_eq!(*handler.texts.lock().unwrap(), ["just waiting"]);
+            assert_eq!(*handler.answered.lock().unwrap(), ["just waiting"]);
         }
         // The gateway dies: no clean stop is noted.
         stop_bus(shutdown, tracker).await;

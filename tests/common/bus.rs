@@ -1,8 +1,11 @@
 //! A bus alone (no gateway) on a store a previous run left, for the replay tests.
 
 use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 
-use switchboard::bus::{Bus, TurnHandler};
+use async_trait::async_trait;
+use switchboard::bus::{Bus, Interrupted, TurnHandler, TurnInput, TurnOutput};
 use switchboard::store::{Store, Tree};
 use switchboard_channel::InboundMessage;
 use tokio_util::sync::CancellationToken;
@@ -73,5 +76,52 @@ pub async fn wait_on<T>(
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
             panic!("timed out waiting for {what}");
         }
+    }
+}
+
+/// Never finishes a turn of chat `p` (as if the gateway died in it: it ends only with the
+/// run). The other chats' turns are answered (their texts kept in `answered`), or, while
+/// `hold_others` is set, are slow: still running when the gateway dies.
+#[derive(Default)]
+pub struct DiesOnP {
+    pub p_starts: AtomicUsize,
+    pub hold_others: AtomicBool,
+    pub others_running: AtomicUsize,
+    pub answered: Mutex<Vec<String>>,
+    pub changed: tokio::sync::Notify,
+}
+
+impl DiesOnP {
+    /// Wait (at most `within`) until `done` holds.
+    pub async fn wait(
+        &self,
+        within: std::time::Duration,
+        what: &str,
+        done: impl Fn(&Self) -> bool,
+    ) {
+        wait_on(self, &self.changed, within, what, done).await;
+    }
+}
+
+#[async_trait]
+impl TurnHandler for DiesOnP {
+    async fn handle(&self, turn: TurnInput) -> Result<TurnOutput, Interrupted> {
+        if turn.key.chat_id == "p" {
+            self.p_starts.fetch_add(1, SeqCst);
+            self.changed.notify_waiters();
+            turn.cancel.cancelled().await;
+            return Err(Interrupted);
+        }
+        if self.hold_others.load(SeqCst) {
+            self.others_running.fetch_add(1, SeqCst);
+            self.changed.notify_waiters();
+            turn.cancel.cancelled().await;
+            self.others_running.fetch_sub(1, SeqCst);
+            return Err(Interrupted);
+        }
+        let mut answered = self.answered.lock().unwrap();
+        answered.extend(turn.messages.iter().map(|m| m.text.clone()));
+        self.changed.notify_waiters();
+        Ok(TurnOutput::default())
     }
 }

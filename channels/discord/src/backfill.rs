@@ -159,6 +159,11 @@ impl Recent {
         Self(Mutex::new(inner))
     }
 
+    /// Whether anything changed since the state file was written.
+    pub(crate) fn changed(&self) -> bool {
+        self.inner().dirty
+    }
+
     /// Write the state file if anything changed since the last time (`now` and `wall` as in
     /// [`Recent::load`]). Atomic: a crash leaves the old file or the new one.
     pub(crate) fn save(&self, path: &Path, now: Instant, wall: SystemTime) {

@@ -69,7 +69,8 @@ pub(crate) async fn run(
 
 /// Write what `recent` holds to the state file, off the runtime's threads.
 async fn save_state(path: Option<&Path>, recent: &Arc<Recent>) {
-    let Some(path) = path else {
+    // Most ticks have nothing to write: no blocking-pool thread for them.
+    let Some(path) = path.filter(|_| recent.changed()) else {
         return;
     };
     let (recent, path) = (recent.clone(), path.to_path_buf());
@@ -106,7 +107,7 @@ async fn keep_up(
                     tokio::runtime::Handle::current(),
                     shutdown.clone(),
                 );
-                run_client(cfg, rest, Arc::new(state), &shutdown).await
+                run_client(cfg, Arc::new(state), &shutdown).await
             }
             Err(RestError::Unauthorized) => Outcome::Unauthorized(
                 "discord: the bot token was refused (HTTP 401 on /users/@me); check token_env"
@@ -188,15 +189,15 @@ async fn preflight(cfg: &DiscordConfig, rest: &Rest) -> Result<u64, RestError> {
 
 async fn run_client(
     cfg: &DiscordConfig,
-    rest: &Rest,
     state: Arc<HandlerState>,
     shutdown: &CancellationToken,
 ) -> Outcome {
+    let token = state.rest.token();
     let http = if cfg.is_discord() {
-        HttpBuilder::new(rest.token()).build()
+        HttpBuilder::new(token).build()
     } else {
         // The proxy is ignored while serenity's own rate limiter is on.
-        HttpBuilder::new(rest.token())
+        HttpBuilder::new(token)
             .proxy(cfg.api_url.trim_end_matches('/'))
             .ratelimiter_disabled(true)
             .build()

@@ -26,10 +26,10 @@ pub(crate) const NAME: &str = "discord";
 
 /// What one client's event handlers share with the watchdog.
 pub(crate) struct HandlerState {
-    pub(crate) inbound: InboundSender,
+    inbound: InboundSender,
     /// Publish order per channel, taken from the shard runner (handlers run concurrently).
-    pub(crate) order: Order,
-    pub(crate) bot_id: AtomicU64,
+    order: Order,
+    bot_id: AtomicU64,
     last_activity: Mutex<Instant>,
     pub(crate) ready_seen: AtomicBool,
     /// What was handled per channel, across clients: caught up on after a new session.
@@ -37,7 +37,7 @@ pub(crate) struct HandlerState {
     pub(crate) rest: Rest,
     /// The gateway's runtime: the bus spawns tasks, which belong there and not on the
     /// client's own thread (see `client`).
-    pub(crate) main: Handle,
+    main: Handle,
     /// The adapter's shutdown: a catch-up under way stops with it.
     pub(crate) shutdown: CancellationToken,
 }

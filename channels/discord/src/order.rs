@@ -95,14 +95,7 @@ impl Order {
     /// now on wait for it. [`Reserved::wait`] waits for the messages before it.
     pub(crate) fn reserve(&self, channel: ChannelId) -> Reserved {
         let place = self.lines().join(channel);
-        Reserved {
-            after: place.after,
-            turn: Turn {
-                order: self.clone(),
-                channel,
-                done: Some(place.done),
-            },
-        }
+        self.hold(channel, place)
     }
 
     /// Wait until the messages the gateway sent before `id` in `channel` are done; this one
@@ -119,21 +112,22 @@ impl Order {
                 .remove(&id)
                 .unwrap_or_else(|| lines.join(channel))
         };
-        let (after, done) = (place.after, Some(place.done));
-        let turn = Turn {
-            order: self.clone(),
-            channel,
-            done,
-        };
-        if let Some(after) = after {
-            // Err only means the previous handler is gone without sending: done as well.
-            let _ = after.await;
+        self.hold(channel, place).wait().await
+    }
+
+    fn hold(&self, channel: ChannelId, place: Place) -> Reserved {
+        Reserved {
+            after: place.after,
+            turn: Turn {
+                order: self.clone(),
+                channel,
+                _done: place.done,
+            },
         }
-        turn
     }
 }
 
-/// A place taken by [`Order::reserve`].
+/// A place in a channel's line, not yet its turn.
 pub(crate) struct Reserved {
     after: Option<oneshot::Receiver<()>>,
     turn: Turn,
@@ -143,6 +137,7 @@ impl Reserved {
     /// Wait until the work before this place in its channel is done.
     pub(crate) async fn wait(self) -> Turn {
         if let Some(after) = self.after {
+            // Err only means the one before is gone without sending: done as well.
             let _ = after.await;
         }
         self.turn
@@ -153,15 +148,12 @@ impl Reserved {
 pub(crate) struct Turn {
     order: Order,
     channel: ChannelId,
-    /// Dropped (taken) when the turn ends: the next in line goes.
-    done: Option<oneshot::Sender<()>>,
+    /// Dropped with the turn (after `drop` below): the next in line goes.
+    _done: oneshot::Sender<()>,
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        if self.done.take().is_none() {
-            return;
-        }
         let mut lines = self.order.lines();
         if let Some(tail) = lines.tails.get_mut(&self.channel) {
             tail.in_line -= 1;
