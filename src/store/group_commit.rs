@@ -7,7 +7,6 @@
 //! has no journal left to apply again.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -16,6 +15,7 @@ use tokio::sync::oneshot;
 
 use super::journal::{self, Active};
 use super::sled_store::{Shared, backend, lock};
+use super::slot::{Db, reopen};
 use super::{Applied, Batch, Op, StoreError, Tree};
 
 /// Most writes the writer takes into one group.
@@ -34,6 +34,8 @@ pub(super) const DIRECT_WITHIN: Duration = Duration::from_millis(200);
 pub(super) struct Timing {
     pub(super) rotate_every: Duration,
     pub(super) direct_within: Duration,
+    /// After sled failed a write, how often the writer opens it again.
+    pub(super) reopen_every: Duration,
 }
 
 impl Default for Timing {
@@ -41,15 +43,20 @@ impl Default for Timing {
         Self {
             rotate_every: ROTATE_EVERY,
             direct_within: DIRECT_WITHIN,
+            reopen_every: REOPEN_EVERY,
         }
     }
 }
+
+/// After sled failed a write (a full disk), how often the writer tries to open it again:
+/// once the disk takes writes, the store does too, without a restart.
+const REOPEN_EVERY: Duration = Duration::from_secs(5);
 
 /// Where a commit's outcome goes.
 type Reply = oneshot::Sender<Result<Applied, StoreError>>;
 
 /// Why commits are refused once sled has failed a write (a full disk, say).
-pub(super) const READ_ONLY: &str = "the store failed a write (is the disk full?) and takes no more until the gateway restarts; what it accepted is kept in its journal";
+pub(super) const READ_ONLY: &str = "the store failed a write (is the disk full?) and takes no more until it could be opened again (tried every few seconds); what it accepted is kept in its journal";
 
 /// Where the outcome of a flush or checkpoint goes.
 type Done = oneshot::Sender<Result<(), StoreError>>;
@@ -63,6 +70,9 @@ pub(super) enum Work {
     /// A direct write is waiting (the first since the last group): an idle writer makes it
     /// durable within [`Timing::direct_within`]. No work of its own.
     Wake,
+    /// Tests: close sled and open it again (`slot.rs`) now, as after a failed write.
+    #[cfg(test)]
+    Reopen(Done),
 }
 
 /// For the checkpoint thread: the journal files up to this one are to go, and who waits
@@ -81,15 +91,15 @@ struct Group {
 impl Group {
     /// Check `batch`'s preconditions against sled and the commits before it in the group;
     /// if they hold, encode it into `bytes`.
-    fn add(&mut self, shared: &Shared, batch: Batch, reply: Reply, bytes: &mut Vec<u8>) {
+    fn add(&mut self, db: Option<&Db>, batch: Batch, reply: Reply, bytes: &mut Vec<u8>) {
         // After sled failed a write, its dedup marks lag the journal: a retried message
         // would be journalled (and run) once per retry. Refused before the journal.
-        if shared.sled_failed.load(Ordering::Relaxed) {
+        let Some(db) = db else {
             self.refused
                 .push((Err(StoreError::Backend(READ_ONLY.into())), reply));
             return;
-        }
-        match shared.all_absent(&batch.absent, &self.overlay) {
+        };
+        match Shared::all_absent(db, &batch.absent, &self.overlay) {
             Ok(true) if !batch.ops.is_empty() => {
                 for op in &batch.ops {
                     let (t, k, present) = match op {
@@ -118,7 +128,7 @@ fn append_failed(shared: &Shared) -> bool {
 }
 
 /// Append `bytes` to the journal and wait until they are on disk.
-fn append(shared: &Shared, active: &mut Active, bytes: &[u8]) -> Result<(), String> {
+pub(super) fn append(shared: &Shared, active: &mut Active, bytes: &[u8]) -> Result<(), String> {
     #[cfg(test)]
     if shared.refuse_appends.load(Ordering::Relaxed) {
         return Err("No space left on device (os error 28)".into());
@@ -139,7 +149,21 @@ pub(super) fn writer(
 ) {
     let (mut bytes, mut commits) = (Vec::new(), Vec::new());
     let mut rotated = Instant::now();
+    let mut reopened = Instant::now();
     loop {
+        if shared.sled_failed.load(Ordering::Relaxed)
+            && reopened.elapsed() >= shared.timing.reopen_every
+        {
+            reopened = Instant::now();
+            match reopen(shared, &mut active) {
+                Ok(()) => tracing::info!(
+                    "store: opened again after a failed write; it takes writes again"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "store: still failing; trying again in a few seconds")
+                }
+            }
+        }
         let first = match rx.try_recv() {
             // Only a wake: wait (again) with the direct writes in view.
             Ok(Work::Wake) => continue,
@@ -182,13 +206,25 @@ pub(super) fn writer(
         let mut group = Group::default();
         let mut flushes = Vec::new();
         let mut checkpoint = Vec::new();
+        // Only tests ask for a reopen; a failed sled is reopened at the top of the loop.
+        #[cfg_attr(not(test), allow(unused_mut))]
+        let mut reopens: Vec<Done> = Vec::new();
         let mut next = Some(first);
         let mut taken = 0;
+        // The writer is the only one to reopen sled: it is open, or failed to open.
+        let db = shared
+            .slot
+            .open()
+            .filter(|_| !shared.sled_failed.load(Ordering::Relaxed));
         while let Some(work) = next {
             match work {
-                Work::Commit(batch, reply) => group.add(shared, batch, reply, &mut commits),
+                Work::Commit(batch, reply) => {
+                    group.add(db.as_deref(), batch, reply, &mut commits);
+                }
                 Work::Flush(reply) => flushes.push(reply),
                 Work::Checkpoint(reply) => checkpoint.push(reply),
+                #[cfg(test)]
+                Work::Reopen(reply) => reopens.push(reply),
                 // The group takes the direct writes anyway.
                 Work::Wake => {}
             }
@@ -239,15 +275,19 @@ pub(super) fn writer(
         }
         let fail = |e: &String| StoreError::Backend(format!("journal write failed: {e}"));
         for (batch, reply) in group.accepted {
-            let result = match &durable {
-                Ok(()) => shared.write_journalled(&batch.ops).map(|()| Applied::Done),
-                Err(e) => Err(fail(e)),
+            let result = match (&durable, &db) {
+                (Ok(()), Some(db)) => shared
+                    .write_journalled(db, &batch.ops)
+                    .map(|()| Applied::Done),
+                (Err(e), _) => Err(fail(e)),
+                // Not accepted without a database.
+                (Ok(()), None) => Err(StoreError::Backend(READ_ONLY.into())),
             };
             if let (Ok(()), Err(e)) = (&durable, &result)
                 && !shared.sled_failed.swap(true, Ordering::Relaxed)
             {
                 // sled may hold part of this batch; only the journal has all of it.
-                tracing::error!(error = %e, "store: a journalled write failed in sled; the journal is kept until the next start applies it again");
+                tracing::error!(error = %e, "store: a journalled write failed in sled; the journal is kept, and sled is opened again (applying it) once the disk takes writes");
             }
             let _ = reply.send(result);
         }
@@ -286,6 +326,22 @@ pub(super) fn writer(
         {
             let _ = checkpoints.send((closed, None));
         }
+        if !reopens.is_empty() {
+            // Only this thread's handle may be left for sled to close.
+            drop(db);
+            reopened = Instant::now();
+            let done = reopen(shared, &mut active);
+            match &done {
+                Ok(()) => tracing::debug!("store: opened again"),
+                Err(e) => tracing::warn!(error = %e, "store: could not be opened again"),
+            }
+            for reply in reopens {
+                let _ = reply.send(match &done {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(StoreError::Backend(e.to_string())),
+                });
+            }
+        }
     }
 }
 
@@ -304,17 +360,21 @@ fn rotate(active: &mut Active, rotated: &mut Instant) -> Option<u64> {
 }
 
 /// The checkpoint thread: flush sled, then delete the journal files it made redundant.
-pub(super) fn checkpointer(db: &sled::Db, dir: &Path, rx: &mpsc::Receiver<Checkpoint>) {
+pub(super) fn checkpointer(shared: &Shared, rx: &mpsc::Receiver<Checkpoint>) {
+    let dir = shared.dir.join("journal");
     while let Ok((mut closed, waiting)) = rx.recv() {
         let mut waiting: Vec<Done> = waiting.into_iter().collect();
         while let Ok((later, more)) = rx.try_recv() {
             closed = closed.max(later);
             waiting.extend(more);
         }
-        let done = db
-            .flush()
-            .map_err(backend)
-            .and_then(|_| journal::remove_through(dir, closed));
+        // Held only for the flush: a reopen waits for it. A database opened since has
+        // applied these files itself.
+        let done = shared
+            .slot
+            .get()
+            .and_then(|db| db.db.flush().map_err(backend))
+            .and_then(|_| journal::remove_through(&dir, closed));
         if let Err(e) = &done {
             tracing::warn!(error = %e, "store: checkpoint failed; the journal is kept");
         }

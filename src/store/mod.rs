@@ -4,6 +4,7 @@
 mod group_commit;
 mod journal;
 mod sled_store;
+mod slot;
 
 use async_trait::async_trait;
 

@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -29,23 +29,16 @@ use tokio::sync::oneshot;
 
 use super::group_commit::{Timing, Work, checkpointer, writer};
 use super::journal::{self, Active};
+use super::slot::{Db, Slot};
 use super::{Applied, Batch, Entries, Op, Store, StoreError, Tree};
 use crate::metrics::Histogram;
 
 /// sled-backed [`Store`].
 pub struct SledStore {
-    db: sled::Db,
-    shared: Arc<Shared>,
-    journal_dir: PathBuf,
+    pub(super) shared: Arc<Shared>,
     /// Work for the writer thread; `None` once the store is dropped.
     writer: Option<mpsc::Sender<Work>>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    /// Added to sled's ids so that they start above every inbox and outbox sequence found
-    /// at open (0 almost always). A store is flushed when it is created, so sled restores
-    /// its counter past them; this is the backstop for one that an older version left
-    /// unflushed after a crash. One offset, fixed at open: the ids stay as unique as
-    /// sled's own.
-    id_offset: u64,
 }
 
 /// sled's page cache. sled's default is 1 GB; the gateway's hot data (the sessions of the
@@ -56,22 +49,28 @@ const CACHE_BYTES: u64 = 2 * 1024 * 1024;
 
 /// How long an open waits for a store lock held by this process's last, closing handle;
 /// another process's lock is reported as [`StoreError::Locked`] after it.
-const LOCK_WAIT: Duration = Duration::from_secs(2);
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// What the runtime threads and the writer share.
 pub(super) struct Shared {
-    pub(super) trees: Vec<sled::Tree>,
+    /// The open database, reopened by the writer (`slot.rs`).
+    pub(super) slot: Slot,
+    /// The data folder.
+    pub(super) dir: PathBuf,
     /// Journal records of direct writes, already in sled, waiting for the writer. Held
     /// while such a write is applied, so the journal's order is sled's order.
     pub(super) pending: Mutex<Vec<u8>>,
     /// How long each durable journal write took.
     pub(super) syncs: Arc<Histogram>,
     pub(super) timing: Timing,
-    /// A journalled batch could not be applied to sled (which may hold part of it): from
-    /// then on no journal file is deleted, so the next start applies them again.
+    /// A journalled batch could not be applied to sled (which may hold part of it): until
+    /// sled is opened again (the writer tries every [`Timing::reopen_every`]), no journal
+    /// file is deleted and commits are refused.
     pub(super) sled_failed: AtomicBool,
     /// The last journal append failed (a full disk): why, until one succeeds.
     pub(super) append_failed: Mutex<Option<String>>,
+    /// The largest id handed out: ids after a reopen start above it.
+    pub(super) last_id: AtomicU64,
     /// Tests: sled refuses every write the writer applies, as a full disk would.
     #[cfg(test)]
     pub(super) refuse_writes: AtomicBool,
@@ -117,66 +116,16 @@ impl SledStore {
     ) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(backend)?;
         private(dir);
-        let config = sled::Config::new()
-            .path(dir.join("store"))
-            // Durability comes from the journal; sled is flushed at checkpoints.
-            .flush_every_ms(None)
-            .cache_capacity(CACHE_BYTES);
-        let locked_io = |io: &std::io::Error| {
-            io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock")
-        };
-        let locked = |e: &sled::Error| matches!(e, sled::Error::Io(io) if locked_io(io));
-        // Whether sled's files were there before: if so, the store was made before.
-        let existed = std::fs::metadata(dir.join("store").join("db")).is_ok_and(|m| m.len() > 0);
-        let waited = std::time::Instant::now();
-        let db = loop {
-            match config.open() {
-                // A store this process closed a moment ago lets go of its file lock once
-                // sled's deferred frees have run (seen in tests reopening a store at once).
-                Err(e) if locked(&e) && waited.elapsed() < lock_wait => {
-                    sled::pin().flush();
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                other => break other,
-            }
-        }
-        .map_err(|e| match e {
-            sled::Error::Io(io) if locked_io(&io) => StoreError::Locked(io.to_string()),
-            other => StoreError::Backend(other.to_string()),
-        })?;
-        // sled restores its id counter (plus a margin) only from a store it flushed once:
-        // a new store that crashed before its first checkpoint would hand out the ids of
-        // what the journal restored again (a cron job's id, overwriting that job). The same
-        // flush makes the store's mark durable (see `mark_or_check`).
-        if !db.was_recovered() && !existed {
-            db.insert(MADE, b"1".as_slice()).map_err(backend)?;
-            db.flush().map_err(backend)?;
-        }
-        let trees = Tree::ALL
-            .iter()
-            .map(|t| db.open_tree(t.name()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(backend)?;
-        let journal_dir = dir.join("journal");
-        std::fs::create_dir_all(&journal_dir).map_err(backend)?;
-        // Checked before the journal is applied: what it restores is not what sled kept.
-        mark_or_check(&db, &trees, existed)?;
-        let active = recover(&db, &trees, &journal_dir)?;
-        let mut id_floor = 0;
-        for t in [Tree::Inbox, Tree::Outbox] {
-            if let Some((k, _)) = tree_of(&trees, t).last().map_err(backend)? {
-                let seq = <[u8; 8]>::try_from(k.as_ref()).map_or(0, u64::from_be_bytes);
-                id_floor = id_floor.max(seq.saturating_add(1));
-            }
-        }
-        let id_offset = id_floor.saturating_sub(db.generate_id().map_err(backend)?);
+        let (db, active) = open_db(dir, lock_wait, 0)?;
         let shared = Arc::new(Shared {
-            trees,
+            slot: Slot::new(db),
+            dir: dir.to_path_buf(),
             pending: Mutex::new(Vec::new()),
             syncs,
             timing,
             sled_failed: AtomicBool::new(false),
             append_failed: Mutex::new(None),
+            last_id: AtomicU64::new(0),
             #[cfg(test)]
             refuse_writes: AtomicBool::new(false),
             #[cfg(test)]
@@ -194,22 +143,28 @@ impl SledStore {
         let checkpointer = std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn({
-                let (db, dir) = (db.clone(), journal_dir.clone());
-                move || checkpointer(&db, &dir, &crx)
+                let shared = shared.clone();
+                move || checkpointer(&shared, &crx)
             })
             .map_err(backend)?;
         Ok(Self {
-            db,
             shared,
-            journal_dir,
             writer: Some(tx),
             threads: vec![writer, checkpointer],
-            id_offset,
         })
     }
 
-    fn tree(&self, t: Tree) -> &sled::Tree {
-        tree_of(&self.shared.trees, t)
+    fn db(&self) -> Result<Arc<Db>, StoreError> {
+        self.shared.slot.get()
+    }
+
+    /// Tests: close sled and open it again now, whatever was written.
+    #[cfg(test)]
+    pub(super) async fn reopen_now(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Work::Reopen(tx))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("the store writer stopped".into()))?
     }
 
     fn send(&self, work: Work) -> Result<(), StoreError> {
@@ -220,8 +175,72 @@ impl SledStore {
     }
 }
 
-fn tree_of(trees: &[sled::Tree], t: Tree) -> &sled::Tree {
-    &trees[Tree::ALL.iter().position(|x| *x == t).unwrap_or(0)]
+/// Open sled in `dir` and apply the journal over it (at start-up and at a reopen), with
+/// ids from `id_floor` up. Returns the journal file to append to.
+pub(super) fn open_db(
+    dir: &Path,
+    lock_wait: Duration,
+    id_floor: u64,
+) -> Result<(Db, Active), StoreError> {
+    let config = sled::Config::new()
+        .path(dir.join("store"))
+        // Durability comes from the journal; sled is flushed at checkpoints.
+        .flush_every_ms(None)
+        .cache_capacity(CACHE_BYTES);
+    let locked_io = |io: &std::io::Error| {
+        io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock")
+    };
+    let locked = |e: &sled::Error| matches!(e, sled::Error::Io(io) if locked_io(io));
+    // Whether sled's files were there before: if so, the store was made before.
+    let existed = std::fs::metadata(dir.join("store").join("db")).is_ok_and(|m| m.len() > 0);
+    let waited = std::time::Instant::now();
+    let db = loop {
+        match config.open() {
+            // A store this process closed a moment ago lets go of its file lock once
+            // sled's deferred frees have run (seen in tests reopening a store at once).
+            Err(e) if locked(&e) && waited.elapsed() < lock_wait => {
+                sled::pin().flush();
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other,
+        }
+    }
+    .map_err(|e| match e {
+        sled::Error::Io(io) if locked_io(&io) => StoreError::Locked(io.to_string()),
+        other => StoreError::Backend(other.to_string()),
+    })?;
+    // sled restores its id counter (plus a margin) only from a store it flushed once:
+    // a new store that crashed before its first checkpoint would hand out the ids of
+    // what the journal restored again (a cron job's id, overwriting that job). The same
+    // flush makes the store's mark durable (see `mark_or_check`).
+    if !db.was_recovered() && !existed {
+        db.insert(MADE, b"1".as_slice()).map_err(backend)?;
+        db.flush().map_err(backend)?;
+    }
+    let trees = Tree::ALL
+        .iter()
+        .map(|t| db.open_tree(t.name()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(backend)?;
+    let mut db = Db {
+        db,
+        trees,
+        id_offset: 0,
+    };
+    let journal_dir = dir.join("journal");
+    std::fs::create_dir_all(&journal_dir).map_err(backend)?;
+    // Checked before the journal is applied: what it restores is not what sled kept.
+    mark_or_check(&db, existed)?;
+    let active = recover(&db, &journal_dir)?;
+    let mut id_floor = id_floor;
+    for t in [Tree::Inbox, Tree::Outbox] {
+        if let Some((k, _)) = db.tree(t).last().map_err(backend)? {
+            let seq = <[u8; 8]>::try_from(k.as_ref()).map_or(0, u64::from_be_bytes);
+            id_floor = id_floor.max(seq.saturating_add(1));
+        }
+    }
+    db.id_offset = id_floor.saturating_sub(db.db.generate_id().map_err(backend)?);
+    Ok((db, active))
 }
 
 /// Which folder, when the store fails to open (a read-only or someone else's data dir).
@@ -265,7 +284,7 @@ const MADE: &[u8] = b"store_made";
 
 /// Check that a store made before (`existed`) still holds what it had, and mark one made
 /// before the mark existed.
-fn mark_or_check(db: &sled::Db, trees: &[sled::Tree], existed: bool) -> Result<(), StoreError> {
+fn mark_or_check(Db { db, trees, .. }: &Db, existed: bool) -> Result<(), StoreError> {
     // In sled's default tree, which holds nothing else.
     if db.contains_key(MADE).map_err(backend)? {
         return Ok(());
@@ -287,7 +306,7 @@ fn mark_or_check(db: &sled::Db, trees: &[sled::Tree], existed: bool) -> Result<(
 
 /// Apply the journal over what sled kept, flush sled, delete the files. Returns the file
 /// to append to.
-fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result<Active, StoreError> {
+fn recover(db: &Db, dir: &Path) -> Result<Active, StoreError> {
     let files = journal::files(dir)?;
     let mut replayed = 0usize;
     for (i, (_, path)) in files.iter().enumerate() {
@@ -308,13 +327,13 @@ fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result<Active, St
                 "store: the journal ends in a record cut short (a write the crash interrupted, never reported durable); it is skipped");
         }
         for ops in &decoded.records {
-            write(trees, ops)?;
+            write(db, ops)?;
         }
         replayed += decoded.records.len();
     }
     if replayed > 0 {
         tracing::info!(batches = replayed, "store: applied the journal again");
-        db.flush().map_err(backend)?;
+        db.db.flush().map_err(backend)?;
     }
     let seq = match files.last() {
         Some((seq, _)) => {
@@ -327,11 +346,11 @@ fn recover(db: &sled::Db, trees: &[sled::Tree], dir: &Path) -> Result<Active, St
 }
 
 /// Apply `ops` to sled, one key at a time.
-pub(super) fn write(trees: &[sled::Tree], ops: &[Op]) -> Result<(), StoreError> {
+pub(super) fn write(db: &Db, ops: &[Op]) -> Result<(), StoreError> {
     for op in ops {
         match op {
-            Op::Put(t, k, v) => tree_of(trees, *t).insert(k.as_slice(), v.as_slice()),
-            Op::Delete(t, k) => tree_of(trees, *t).remove(k.as_slice()),
+            Op::Put(t, k, v) => db.tree(*t).insert(k.as_slice(), v.as_slice()),
+            Op::Delete(t, k) => db.tree(*t).remove(k.as_slice()),
         }
         .map_err(backend)?;
     }
@@ -340,25 +359,25 @@ pub(super) fn write(trees: &[sled::Tree], ops: &[Op]) -> Result<(), StoreError> 
 
 impl Shared {
     /// Apply a journalled batch to sled (the writer thread).
-    pub(super) fn write_journalled(&self, ops: &[Op]) -> Result<(), StoreError> {
+    pub(super) fn write_journalled(&self, db: &Db, ops: &[Op]) -> Result<(), StoreError> {
         #[cfg(test)]
         if self.refuse_writes.load(Ordering::Relaxed) {
             return Err(backend("No space left on device (os error 28)"));
         }
-        write(&self.trees, ops)
+        write(db, ops)
     }
 
     /// Whether every key of `absent` is absent: as `written` (a group's writes so far)
     /// leaves it, else as sled has it.
     pub(super) fn all_absent(
-        &self,
+        db: &Db,
         absent: &[(Tree, Vec<u8>)],
         written: &HashMap<(Tree, Vec<u8>), bool>,
     ) -> Result<bool, StoreError> {
         for (t, k) in absent {
             let present = match written.get(&(*t, k.clone())) {
                 Some(p) => *p,
-                None => tree_of(&self.trees, *t).contains_key(k).map_err(backend)?,
+                None => db.tree(*t).contains_key(k).map_err(backend)?,
             };
             if present {
                 return Ok(false);
@@ -371,14 +390,16 @@ impl Shared {
     /// group (or within [`Timing::direct_within`]). Also says whether it is the first
     /// direct write waiting, for which the writer must be woken.
     fn apply(&self, batch: &Batch) -> Result<(Applied, bool), StoreError> {
+        // The pending lock first, then the database: a reopen takes them in that order.
         let mut pending = lock(&self.pending);
-        if !self.all_absent(&batch.absent, &HashMap::new())? {
+        let db = self.slot.get()?;
+        if !Self::all_absent(&db, &batch.absent, &HashMap::new())? {
             return Ok((Applied::Conflict, false));
         }
         if batch.ops.is_empty() {
             return Ok((Applied::Done, false));
         }
-        write(&self.trees, &batch.ops)?;
+        write(&db, &batch.ops)?;
         let first = pending.is_empty();
         journal::encode(&mut pending, &batch.ops);
         Ok((Applied::Done, first))
@@ -403,6 +424,7 @@ impl Store for SledStore {
 
     fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self
+            .db()?
             .tree(tree)
             .get(key)
             .map_err(backend)?
@@ -410,7 +432,8 @@ impl Store for SledStore {
     }
 
     fn scan(&self, tree: Tree, prefix: &[u8]) -> Result<Entries, StoreError> {
-        self.tree(tree)
+        self.db()?
+            .tree(tree)
             .scan_prefix(prefix)
             .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(backend))
             .collect()
@@ -422,7 +445,8 @@ impl Store for SledStore {
         prefix: &[u8],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        for entry in self.tree(tree).scan_prefix(prefix) {
+        let db = self.db()?;
+        for entry in db.tree(tree).scan_prefix(prefix) {
             let (k, v) = entry.map_err(backend)?;
             if !visit(&k, &v) {
                 break;
@@ -444,8 +468,14 @@ impl Store for SledStore {
     fn next_id(&self) -> Result<u64, StoreError> {
         // Not the larger of sled's id and a second counter: two callers at once could each
         // take the other's (found on a new store, where both start at 0).
-        let id = self.db.generate_id().map_err(backend)?;
-        Ok(id.saturating_add(self.id_offset))
+        let db = self.db()?;
+        let id = db
+            .db
+            .generate_id()
+            .map_err(backend)?
+            .saturating_add(db.id_offset);
+        self.shared.last_id.fetch_max(id, Ordering::Relaxed);
+        Ok(id)
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
@@ -470,7 +500,7 @@ impl Store for SledStore {
     }
 
     fn len(&self, tree: Tree) -> usize {
-        self.tree(tree).len()
+        self.db().map_or(0, |db| db.tree(tree).len())
     }
 }
 
@@ -483,8 +513,13 @@ impl Drop for SledStore {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        if self.db.flush().is_ok() && !self.shared.sled_failed.load(Ordering::Relaxed) {
-            let _ = journal::remove_through(&self.journal_dir, u64::MAX);
+        let flushed = self
+            .shared
+            .slot
+            .open()
+            .is_some_and(|db| db.db.flush().is_ok());
+        if flushed && !self.shared.sled_failed.load(Ordering::Relaxed) {
+            let _ = journal::remove_through(&self.shared.dir.join("journal"), u64::MAX);
         }
     }
 }

@@ -288,6 +288,7 @@ async fn a_direct_write_is_journalled_soon_without_a_commit() {
     let timing = crate::store::group_commit::Timing {
         rotate_every: std::time::Duration::from_secs(3600),
         direct_within: std::time::Duration::from_millis(50),
+        ..Default::default()
     };
     let s = SledStore::open_timed(dir.path(), Arc::default(), timing).unwrap();
     // The case to cover: the writer already idle, in the long wait, when the write comes.
@@ -373,7 +374,12 @@ async fn a_failed_journal_append_shows_in_readyz_and_its_direct_writes_go_with_t
 async fn a_write_sled_refuses_stays_in_the_journal_for_the_next_start() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let s = SledStore::open(dir.path()).unwrap();
+        // Not opened again in this run (see `slot_tests`): only a restart applies it.
+        let timing = crate::store::group_commit::Timing {
+            reopen_every: std::time::Duration::from_secs(3600),
+            ..Default::default()
+        };
+        let s = SledStore::open_timed(dir.path(), Arc::default(), timing).unwrap();
         commit_meta(&s, &[("before", "1")]).await;
         s.shared.refuse_writes.store(true, Ordering::Relaxed);
         let mut b = Batch::default();
