@@ -187,11 +187,11 @@ pub async fn start(
     // and dedup only looks them up there.
     {
         let bus = bus.clone();
-        tokio::task::spawn_blocking(move || bus.prune_seen())
+        tokio::task::spawn_blocking(move || prune(&bus, &|| false))
             .await
             .map_err(|e| GatewayError::Setup(e.to_string()))??;
     }
-    let api = Arc::new(ApiChannel::default());
+    let api = Arc::new(ApiChannel::default().keeping_answers(store.clone()));
     let cli = Arc::new(ApiChannel::named("cli"));
     let clock: Arc<dyn crate::scheduler::Clock> = Arc::new(crate::scheduler::SystemClock);
     let scheduler = crate::scheduler::Scheduler::new(
@@ -328,11 +328,11 @@ pub async fn start(
                 _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
                 _ = prune_stop.cancelled() => break,
             }
-            let bus = prune_bus.clone();
-            match tokio::task::spawn_blocking(move || bus.prune_seen()).await {
+            let (bus, stop) = (prune_bus.clone(), prune_stop.clone());
+            match tokio::task::spawn_blocking(move || prune(&bus, &|| stop.is_cancelled())).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!("pruning seen ids failed: {e}"),
-                Err(e) => tracing::warn!("pruning seen ids failed: {e}"),
+                Ok(Err(e)) => tracing::warn!("pruning seen ids and kept answers failed: {e}"),
+                Err(e) => tracing::warn!("pruning seen ids and kept answers failed: {e}"),
             }
         }
     });
@@ -403,6 +403,13 @@ impl Running {
     pub fn inbound(&self) -> InboundSender {
         InboundSender::new(self.shared.sink.clone())
     }
+}
+
+/// Forget the seen ids and the API's kept answers past their retention (blocks on the store).
+fn prune(bus: &Bus, stop: &dyn Fn() -> bool) -> Result<(), StoreError> {
+    bus.prune_seen()?;
+    crate::http::api::prune_answers(bus.store().as_ref(), stop)?;
+    Ok(())
 }
 
 /// Start and run until `shutdown`.

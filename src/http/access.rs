@@ -26,16 +26,8 @@ pub(super) fn access(
         }
         return local_only(headers);
     };
-    let given = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            // The scheme is case-insensitive (RFC 9110).
-            let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then_some(token)
-        })
-        .unwrap_or("");
-    if crate::http::admin::constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+    let given = bearer(headers).unwrap_or("");
+    if crate::http::admin::constant_time_eq(given.as_bytes(), token.as_bytes()) {
         Ok(())
     } else {
         Err((
@@ -44,6 +36,19 @@ pub(super) fn access(
             "authentication_error",
         ))
     }
+}
+
+/// The token of the request's `Authorization: Bearer <token>`, trimmed.
+pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    // The scheme is case-insensitive (RFC 9110).
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
 }
 
 /// Without a token, "this machine" must mean a program on it, not anyone a program on it

@@ -2,32 +2,31 @@
 //!
 //! The session key is `api:<user>` from the request's `user` field (`api:default` without
 //! it); the last user message is the input and the gateway's own session is the history.
+//! A request with an `Idempotency-Key` header is answered once, its retries given the same
+//! answer ([`idem`]). The channel routing replies back to the requests is [`channel`].
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use switchboard_channel::{
-    Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
-    OutboundKind, OutboundMessage, Published, SendError, SendReceipt, Sender, TokenUsage,
-};
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
+use switchboard_channel::{ChatKey, InboundMessage, Published, Sender, TokenUsage};
+use tokio::sync::mpsc;
 
 use super::access::access;
-use crate::agent::StreamRegistry;
 use crate::gateway::Shared;
-use crate::llm::DeltaSink;
 
+mod channel;
+mod idem;
 mod request;
 mod stream;
 
+pub use channel::ApiChannel;
+use channel::{WaiterGuard, publish_withdrawable};
+pub use idem::prune as prune_answers;
 use stream::{StreamedReply, stream_reply};
 
 /// Largest `POST /v1/chat/completions` body.
@@ -38,266 +37,6 @@ const BODY_LIMIT: usize = 32 * 1024 * 1024;
 /// timeouts) bound it too, but may add up to hours as configured, so this is no bound on
 /// a turn: past it, the request gives up and its turn is stopped.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-
-struct Waiter {
-    key: ChatKey,
-    reply: oneshot::Sender<OutboundMessage>,
-    /// Unbounded: a slow reader must not lose text (an answer is at most `max_tokens`).
-    deltas: Option<mpsc::UnboundedSender<String>>,
-}
-
-/// Replies for API requests, routed to the HTTP request waiting for them. The CLI's `cli`
-/// channel is another instance under its own name.
-pub struct ApiChannel {
-    name: &'static str,
-    waiters: Mutex<HashMap<String, Waiter>>,
-}
-
-impl Default for ApiChannel {
-    fn default() -> Self {
-        Self::named("api")
-    }
-}
-
-/// Stops waiting for a reply when the request ends. A request that ends before its reply
-/// came (its client went away: the Stop button of a chat UI, a client's timeout) withdraws
-/// its message: its turn stops as by `/stop`, or it leaves the queue, so the abandoned
-/// answer neither holds up the user's next request nor enters the conversation.
-struct WaiterGuard<'a> {
-    api: &'a ApiChannel,
-    bus: &'a crate::bus::Bus,
-    key: ChatKey,
-    id: String,
-    armed: bool,
-    /// Set when the request went away, for a publish still under way to withdraw the
-    /// message once it is queued.
-    gone: Option<Arc<std::sync::atomic::AtomicBool>>,
-}
-
-impl WaiterGuard<'_> {
-    /// Another guard takes over.
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for WaiterGuard<'_> {
-    fn drop(&mut self) {
-        if !self.armed || !self.api.forget(&self.id) {
-            return;
-        }
-        if let Some(gone) = &self.gone {
-            gone.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-        if self.bus.withdraw(&self.key, &self.id) {
-            tracing::info!(key = %self.key, id = %self.id, "the request went away: its turn is stopped");
-        }
-    }
-}
-
-impl ApiChannel {
-    pub fn named(name: &'static str) -> Self {
-        Self {
-            name,
-            waiters: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Publish `msg` on the bus and wait for its reply.
-    pub async fn ask(
-        &self,
-        bus: &Arc<crate::bus::Bus>,
-        msg: InboundMessage,
-        timeout: Duration,
-    ) -> Result<OutboundMessage, String> {
-        let id = msg.id.clone();
-        let rx = self.wait_for(&id, &msg.key, None);
-        let key = msg.key.clone();
-        let (publishing, gone) = publish_withdrawable(bus, msg);
-        let _guard = WaiterGuard {
-            api: self,
-            bus,
-            key,
-            id,
-            armed: true,
-            gone: Some(gone),
-        };
-        match publishing.await {
-            Ok(Ok(Published::Accepted)) => {}
-            Ok(Ok(other)) => return Err(format!("message not accepted: {other:?}")),
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(e) => return Err(format!("the message could not be taken: {e}")),
-        }
-        match tokio::time::timeout(timeout, rx).await {
-            // The model could not answer: the caller (`chat`) fails with that message.
-            Ok(Ok(reply)) if reply.kind == OutboundKind::Error => Err(reply.text),
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(_)) => Err("the reply was lost".into()),
-            Err(_) => Err(format!("no reply within {timeout:?}")),
-        }
-    }
-
-    /// Stop waiting for the reply to `id`; whether it had not come yet.
-    fn forget(&self, id: &str) -> bool {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id)
-            .is_some()
-    }
-
-    fn wait_for(
-        &self,
-        id: &str,
-        key: &ChatKey,
-        deltas: Option<mpsc::UnboundedSender<String>>,
-    ) -> oneshot::Receiver<OutboundMessage> {
-        let (tx, rx) = oneshot::channel();
-        let waiter = Waiter {
-            key: key.clone(),
-            reply: tx,
-            deltas,
-        };
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_string(), waiter);
-        rx
-    }
-}
-
-/// Publish `msg` in a task of its own, which withdraws the message once it is queued should
-/// the flag returned be set by then: its waiter was gone while it was being stored (a
-/// [`WaiterGuard`] given the flag sets it when it leaves, and withdraws it itself later).
-fn publish_withdrawable(
-    bus: &Arc<crate::bus::Bus>,
-    msg: InboundMessage,
-) -> (
-    tokio::task::JoinHandle<Result<Published, crate::bus::BusError>>,
-    Arc<std::sync::atomic::AtomicBool>,
-) {
-    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (bus, key, id, flag) = (bus.clone(), msg.key.clone(), msg.id.clone(), gone.clone());
-    let publishing = tokio::spawn(async move {
-        let published = bus.publish(msg).await;
-        if matches!(published, Ok(Published::Accepted))
-            && flag.load(std::sync::atomic::Ordering::SeqCst)
-        {
-            bus.withdraw(&key, &id);
-        }
-        published
-    });
-    (publishing, gone)
-}
-
-impl ApiChannel {
-    /// At shutdown: tell every request still waiting, so the HTTP server can drain. Its turn
-    /// is interrupted; the message stays in the conversation and runs after the restart,
-    /// but its answer can no longer come back over this request.
-    pub fn close_waiters(&self) {
-        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|p| p.into_inner()));
-        for (id, w) in waiters {
-            let mut reply = OutboundMessage::new(
-                w.key,
-                "⚠️ The gateway is restarting. Your message is kept and answered once it is back, but not over this request: ask again in a moment to see the answer.",
-            );
-            reply.kind = OutboundKind::Error;
-            reply.in_reply_to_inbound = Some(id);
-            let _ = w.reply.send(reply);
-        }
-    }
-}
-
-impl StreamRegistry for ApiChannel {
-    fn sink_for(&self, inbound_id: &str) -> Option<DeltaSink> {
-        let tx = self
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(inbound_id)?
-            .deltas
-            .clone()?;
-        Some(Arc::new(move |d: &str| {
-            // Fails only once the request is gone.
-            let _ = tx.send(d.to_string());
-        }))
-    }
-
-    fn stopped(&self, inbound_id: &str) {
-        self.answer_now(inbound_id, "Stopped.", None);
-    }
-
-    fn silent(&self, inbound_id: &str, usage: TokenUsage) {
-        self.answer_now(inbound_id, "", Some(usage));
-    }
-}
-
-impl ApiChannel {
-    /// Answer the request waiting for `inbound_id`, if one still does, with `text`.
-    fn answer_now(&self, inbound_id: &str, text: &str, usage: Option<TokenUsage>) {
-        let waiter = self
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(inbound_id);
-        if let Some(w) = waiter {
-            let mut reply = OutboundMessage::new(w.key, text);
-            reply.in_reply_to_inbound = Some(inbound_id.to_string());
-            reply.usage = usage;
-            let _ = w.reply.send(reply);
-        }
-    }
-}
-
-#[async_trait]
-impl Channel for ApiChannel {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            edits: false,
-            typing: false,
-            threads: false,
-            max_message_len: usize::MAX,
-            dialect: Dialect::Markdown,
-        }
-    }
-
-    async fn run(
-        &self,
-        _inbound: InboundSender,
-        shutdown: CancellationToken,
-    ) -> Result<(), ChannelError> {
-        shutdown.cancelled().await;
-        Ok(())
-    }
-
-    async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
-        if msg.kind == OutboundKind::Progress {
-            return Ok(SendReceipt::default());
-        }
-        let waiter = msg.in_reply_to_inbound.as_ref().and_then(|id| {
-            self.waiters
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(id)
-        });
-        match waiter {
-            Some(w) => {
-                let _ = w.reply.send(msg.clone());
-            }
-            // Nobody waits (the client left, or this is a replay after a restart).
-            None => tracing::debug!(key = %msg.key, "API reply with no waiting request"),
-        }
-        Ok(SendReceipt::default())
-    }
-
-    async fn typing(&self, _key: &ChatKey) -> Result<(), SendError> {
-        Ok(())
-    }
-}
 
 fn error(status: StatusCode, message: &str, kind: &str) -> Response {
     (
@@ -354,6 +93,10 @@ pub async fn chat_completions(
     if let Some(refused) = refused(&headers, peer) {
         return refused;
     }
+    let idem_key = match idem::key(&headers) {
+        Ok(k) => k,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e, "invalid_request_error"),
+    };
     // Read only once the caller may call: a large limit (chat UIs resend the whole
     // conversation, images included, though only its last message is taken). Too large a
     // body, or one that broke off, gets the same JSON error shape as the rest.
@@ -401,11 +144,15 @@ pub async fn chat_completions(
         }
     };
 
-    let id = format!(
-        "api:req:{:016x}{:016x}",
-        rand::random::<u64>(),
-        rand::random::<u64>()
-    );
+    // With a key, the same for every retry of the request by the same caller.
+    let id = match &idem_key {
+        Some(k) => idem::message_id(k, &key, super::access::bearer(&headers)),
+        None => format!(
+            "api:req:{:016x}{:016x}",
+            rand::random::<u64>(),
+            rand::random::<u64>()
+        ),
+    };
     // Not the owner: any program or account on this machine may call, and a chat UI in
     // front passes on all its users (the owner may message any chat, read and change every
     // chat's reminders, and set them at any frequency).
@@ -415,9 +162,22 @@ pub async fn chat_completions(
         display_name: user,
         is_owner: false,
     };
+    let fingerprint = idem::fingerprint(&model, &text);
     let mut msg = InboundMessage::text(id.clone(), key.clone(), sender, text);
     // Every request waits for its own answer, so API messages are never joined.
     msg.metadata.insert("join".into(), Value::Bool(false));
+    let reply = StreamedReply {
+        key: key.clone(),
+        completion_id: completion_id(&id),
+        id: id.clone(),
+        model,
+        created: chrono::Utc::now().timestamp(),
+        include_usage,
+        place: None,
+    };
+    if idem_key.is_some() {
+        return idem::respond(shared, msg, fingerprint, reply, stream).await;
+    }
 
     let (delta_tx, delta_rx) = if stream {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -435,6 +195,7 @@ pub async fn chat_completions(
         id: id.clone(),
         armed: true,
         gone: Some(gone),
+        place: None,
     };
     let published = match publishing.await {
         Ok(published) => published,
@@ -463,22 +224,12 @@ pub async fn chat_completions(
     if let Some(response) = refused {
         return response;
     }
-    let created = chrono::Utc::now().timestamp();
-    let completion_id = format!("chatcmpl-{}", &id[8..]);
     if let (true, Some(deltas)) = (stream, delta_rx) {
         // The stream's task has its own.
         guard.disarm();
-        let reply = StreamedReply {
-            key,
-            id,
-            completion_id,
-            model,
-            created,
-            include_usage,
-        };
         return stream_reply(shared, reply, reply_rx, deltas).into_response();
     }
-    let reply = match tokio::time::timeout(REPLY_TIMEOUT, reply_rx).await {
+    let answer = match tokio::time::timeout(REPLY_TIMEOUT, reply_rx).await {
         Ok(Ok(r)) => r,
         _ => {
             return error(
@@ -489,17 +240,27 @@ pub async fn chat_completions(
         }
     };
     drop(guard);
+    completion(&reply, &answer.text, answer.usage)
+}
+
+/// A completion's id: from its message's, the random or hashed part.
+fn completion_id(id: &str) -> String {
+    format!("chatcmpl-{}", id.rsplit(':').next().unwrap_or(id))
+}
+
+/// The body of a (not streamed) chat completion answering with `text`.
+fn completion(reply: &StreamedReply, text: &str, usage: Option<TokenUsage>) -> Response {
     axum::Json(json!({
-        "id": completion_id,
+        "id": reply.completion_id,
         "object": "chat.completion",
-        "created": created,
-        "model": model,
+        "created": reply.created,
+        "model": reply.model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": reply.text},
+            "message": {"role": "assistant", "content": text},
             "finish_reason": "stop",
         }],
-        "usage": usage_json(reply.usage.unwrap_or_default()),
+        "usage": usage_json(usage.unwrap_or_default()),
     }))
     .into_response()
 }

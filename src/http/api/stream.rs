@@ -23,6 +23,8 @@ pub(super) struct StreamedReply {
     pub(super) created: i64,
     /// Whether the client asked for a last chunk with the tokens used.
     pub(super) include_usage: bool,
+    /// A keyed request's place among those waiting for the reply (see `ApiChannel::join`).
+    pub(super) place: Option<u64>,
 }
 
 impl StreamedReply {
@@ -65,6 +67,7 @@ pub(super) fn stream_reply(
             id: reply.id.clone(),
             armed: true,
             gone: None,
+            place: reply.place,
         };
         relay(&reply, reply_rx, deltas, &tx, REPLY_TIMEOUT).await;
     });
@@ -172,6 +175,7 @@ mod tests {
             model: "m".into(),
             created: 0,
             include_usage: false,
+            place: None,
         };
         let (delta_tx, deltas) = mpsc::unbounded_channel();
         let (reply_tx, reply_rx) = oneshot::channel();
@@ -209,6 +213,7 @@ mod tests {
             model: "m".into(),
             created: 0,
             include_usage: false,
+            place: None,
         };
         let started = tokio::time::Instant::now();
         relay(&reply, reply_rx, deltas, &tx, idle).await;
