@@ -164,6 +164,7 @@ pub fn start_all(
                 cfg.reply_in_thread = s.reply_in_thread;
                 cfg.max_message_len = s.max_message_len;
                 cfg.inbox_dir = Some(shared.config.gateway.workspace.join("inbox"));
+                cfg.state_file = Some(shared.config.gateway.data_dir.join("slack-recent.json"));
                 match switchboard_slack::SlackChannel::new(cfg) {
                     Ok(ch) => {
                         let ch = Arc::new(ch);

@@ -314,3 +314,77 @@ async fn sigkill_between_intake_and_reply_delivers_exactly_one_reply() {
         "a token leaked into the log"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_sent_while_the_gateway_was_stopped_are_answered_once_after_it_starts() {
+    let mut t = Sl::start(true).await;
+    let dm_chan = "D0DM";
+    for event in [
+        dm(dm_chan, USER, "before the stop", "1700000030.000100"),
+        mention("first question", "1700000030.000200"),
+    ] {
+        let pushed = t.slack.push_event(event).await;
+        t.slack.wait_for_ack(&pushed.envelope_id).await;
+    }
+    t.wait_posts(2).await;
+    t.gw.sigterm();
+    assert!(t.gw.wait_exit(WAIT).0.success());
+    assert!(
+        t.env.data_dir().join("slack-recent.json").exists(),
+        "the state file is written at stop"
+    );
+
+    // Sent while no gateway ran: Slack never delivers these.
+    t.slack.add_unseen(dm(
+        dm_chan,
+        USER,
+        "while you were away",
+        "1700000031.000100",
+    ));
+    t.slack
+        .add_unseen(mention("are you back?", "1700000032.000100"));
+    t.restart().await;
+    let posts = t.wait_posts(4).await;
+    let mut late: Vec<(&str, Option<&str>, &str)> = posts[2..]
+        .iter()
+        .map(|p| (p.channel.as_str(), p.thread_ts.as_deref(), p.text.as_str()))
+        .collect();
+    late.sort();
+    assert_eq!(late.len(), 2, "{late:?}");
+    assert_eq!(
+        (late[0].0, late[0].1),
+        (CHANNEL, Some("1700000032.000100")),
+        "answered in the mention's thread"
+    );
+    assert!(late[0].2.ends_with("are you back?"), "{late:?}");
+    assert_eq!(late[1], (dm_chan, None, "echo: while you were away"));
+    let mut reads: Vec<(String, String, String)> = t
+        .slack
+        .calls_of("conversations.history")
+        .iter()
+        .map(|p| {
+            let get = |k: &str| p[k].as_str().unwrap_or_default().to_string();
+            (get("channel"), get("oldest"), get("inclusive"))
+        })
+        .collect();
+    reads.sort();
+    let read = |c: &str, o: &str| (c.to_string(), o.to_string(), "false".to_string());
+    assert_eq!(
+        reads,
+        [
+            read(CHANNEL, "1700000030.000200"),
+            read(dm_chan, "1700000030.000100")
+        ]
+    );
+
+    // Each once: the next message is the only further answer.
+    let pushed = t
+        .slack
+        .push_event(dm(dm_chan, USER, "thanks", "1700000033.000100"))
+        .await;
+    t.slack.wait_for_ack(&pushed.envelope_id).await;
+    let posts = t.wait_posts(5).await;
+    assert_eq!(posts[4].text, "echo: thanks");
+    assert_eq!(t.slack.posts().len(), 5, "{:#?}", t.slack.posts());
+    assert_eq!(t.llm.request_count(), 5);
+}

@@ -45,6 +45,11 @@ pub struct SlackConfig {
     /// Longest time one file's download may take (files come down before the message's
     /// turn, not at intake). A file not done by then is named, with its URL.
     pub file_download_timeout: Duration,
+    /// Where the last handled message of each recently active conversation is kept across
+    /// restarts, so that what was sent while the gateway was stopped is fetched at the next
+    /// start (`<data_dir>/slack-recent.json`); `None`: kept in memory only (gaps in the
+    /// connection are still caught up on).
+    pub state_file: Option<PathBuf>,
 }
 
 impl SlackConfig {
@@ -66,6 +71,7 @@ impl SlackConfig {
             inbox_dir: None,
             max_file_bytes: 20 * 1024 * 1024,
             file_download_timeout: Duration::from_secs(120),
+            state_file: None,
         }
     }
 
@@ -84,6 +90,12 @@ impl SlackConfig {
     /// Builder: download shared files into this folder.
     pub fn with_inbox_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.inbox_dir = Some(dir.into());
+        self
+    }
+
+    /// Builder: keep the catch-up state in this file.
+    pub fn with_state_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.state_file = Some(path.into());
         self
     }
 
@@ -118,6 +130,7 @@ impl fmt::Debug for SlackConfig {
             .field("inbox_dir", &self.inbox_dir)
             .field("max_file_bytes", &self.max_file_bytes)
             .field("file_download_timeout", &self.file_download_timeout)
+            .field("state_file", &self.state_file)
             .finish()
     }
 }

@@ -90,6 +90,8 @@ async fn handle(sh: &Arc<Shared>, headers: &HeaderMap, body: &[u8]) -> (u16, Str
             match sh.intake(&v).await {
                 Ok(()) => text(200, ""),
                 Err(IntakeError::NotRunning) => text(503, "slack channel not running yet"),
+                // Slack retries; by then the catch-up has published it (or it goes in).
+                Err(IntakeError::CatchingUp) => text(503, "slack channel catching up"),
                 Err(IntakeError::Publish(e)) => {
                     warn!(error = %e, "slack event not published; slack will retry");
                     text(500, "could not publish")

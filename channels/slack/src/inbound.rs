@@ -62,7 +62,7 @@ pub(crate) fn is_dm(channel: &str) -> bool {
 }
 
 /// `(channel, thread root ts)` of a channel thread reply that does not say the thread is the
-/// bot's (no `parent_user_id`, as over Socket Mode, or a person's): [`convert`] needs to
+/// bot's (no `parent_user_id`, or a person's): [`convert`] needs to
 /// know whether the bot takes part in it. DMs, bots' and the bot's own messages need no
 /// answer.
 pub(crate) fn thread_to_look_up(callback: &Value, me: &BotIdentity) -> Option<(String, String)> {
@@ -79,6 +79,17 @@ pub(crate) fn thread_to_look_up(callback: &Value, me: &BotIdentity) -> Option<(S
         return None;
     }
     Some((channel.to_string(), root.to_string()))
+}
+
+/// Where a message event sits: its conversation, ts, thread root and `channel_type`; `None`
+/// for events that are no message. What `recent` notes as handled.
+pub(crate) fn position(callback: &Value) -> Option<(&str, &str, Option<&str>, Option<&str>)> {
+    let ev = callback.get("event")?;
+    if !matches!(s(ev, "type"), Some("message" | "app_mention")) {
+        return None;
+    }
+    let (channel, ts) = (s(ev, "channel")?, s(ev, "ts")?);
+    Some((channel, ts, s(ev, "thread_ts"), s(ev, "channel_type")))
 }
 
 /// The id of the message `ts` of `channel`: the same for every event that carries it (a

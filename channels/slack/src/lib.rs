@@ -15,14 +15,24 @@
 //!   ([`Channel::fetch_files`]), before the message's turn.
 //! - `events_api`: signed HTTP intake.
 //! - `socket`: Socket Mode supervisor (reconnects, watchdog, shutdown).
+//! - `frames`: what the sockets bring (envelopes → intake → acks), and which are open
+//!   (readiness, and the catch-up when the first opens after none was).
+//! - `catch_up`: after a gap in the connection or a restart, the messages sent meanwhile are
+//!   fetched (`conversations.history` / `.replies`) and fed through intake in order.
+//! - `recent`: the last message handled per conversation (the state file), where a catch-up
+//!   starts; `hold`: a conversation's live events wait for its catch-up.
 //! - `send`: replies and the 👀 reaction.
 //! - `memory`: bounded shared memories.
 
+mod catch_up;
 mod config;
 mod events_api;
 mod files;
+mod frames;
+mod hold;
 mod inbound;
 mod memory;
+mod recent;
 mod send;
 mod socket;
 mod web;
@@ -62,6 +72,8 @@ const PARALLEL_DOWNLOADS: usize = 8;
 pub(crate) enum IntakeError {
     #[error("the slack channel is not running yet")]
     NotRunning,
+    #[error("the conversation's catch-up is still running")]
+    CatchingUp,
     #[error(transparent)]
     Publish(#[from] PublishError),
 }
@@ -79,6 +91,8 @@ pub(crate) struct Shared {
     memory: Mutex<Memory>,
     /// When Socket Mode last received something (`hello` or an event).
     last_activity: Mutex<tokio::time::Instant>,
+    /// Where catch-ups start, and the live events waiting for one.
+    catch_up: catch_up::State,
 }
 
 impl Shared {
@@ -121,9 +135,22 @@ impl Shared {
         }
     }
 
-    /// Decide about one `event_callback` and publish it when it counts. `Ok` means Slack
-    /// may be acknowledged (published, duplicate, or ignored on purpose).
+    /// Take in one live `event_callback` (see [`Shared::take_in`]), after its conversation's
+    /// catch-up, if one is under way: fetched messages go first.
     pub async fn intake(self: &Arc<Self>, callback: &Value) -> Result<(), IntakeError> {
+        if let Some((channel, ..)) = inbound::position(callback) {
+            let held = self.catch_up.holds.wait(channel, catch_up::LIVE_HOLD);
+            if held.await.is_err() {
+                return Err(IntakeError::CatchingUp);
+            }
+        }
+        self.take_in(callback).await
+    }
+
+    /// Decide about one `event_callback` (live, or a fetched message dressed as one) and
+    /// publish it when it counts. `Ok` means Slack may be acknowledged (published, duplicate,
+    /// or ignored on purpose); the message is then noted handled for the next catch-up.
+    pub(crate) async fn take_in(self: &Arc<Self>, callback: &Value) -> Result<(), IntakeError> {
         // Everything before the publish shares Slack's 3 s ack window.
         let started = tokio::time::Instant::now();
         let (Some(inbound), Some(me)) = (self.inbound(), self.identity()) else {
@@ -144,6 +171,7 @@ impl Shared {
         let mut c = match decision {
             Intake::Ignore(why) => {
                 debug!(reason = why, "slack event ignored");
+                self.note_handled(callback, false);
                 return Ok(());
             }
             Intake::Publish(c) => c,
@@ -157,29 +185,54 @@ impl Shared {
             switchboard_channel::files::leave_pending(&mut c.msg, &pending);
         }
         let key = c.msg.key.to_string();
+        // A thread the bot answers in (a reply addressed to it, or a mention it answers in
+        // a new thread): its replies are caught up on after a gap.
+        let in_thread =
+            c.msg.reply_to.is_some() || (c.joined_thread.is_some() && self.cfg.reply_in_thread);
+        let answers_in_thread = (c.msg.mentions_bot || !c.msg.is_group) && in_thread;
         let published = inbound.publish(c.msg).await?;
         debug!(%key, ?published, "slack message published");
         // Only a message that got in may mark a thread as the bot's or take the 👀: one the
         // gateway ignored (a stranger's mention) leaves no trace here.
-        if published == Published::Accepted {
+        let accepted = published == Published::Accepted;
+        if accepted {
             let mut mem = self.memory();
             mem.last_message.insert(key, (c.channel, c.ts));
             if let Some(t) = c.joined_thread {
                 mem.threads.insert(t, true);
             }
         }
+        self.note_handled(callback, accepted && answers_in_thread);
         Ok(())
+    }
+
+    /// Note the message of `callback` handled, for the next catch-up; `bot_thread`: the bot
+    /// answers in its thread (a top-level message's: the one its answer starts).
+    fn note_handled(&self, callback: &Value, bot_thread: bool) {
+        let Some((channel, ts, thread_ts, kind)) = inbound::position(callback) else {
+            return;
+        };
+        let thread = thread_ts.or(bot_thread.then_some(ts));
+        self.catch_up.recent.handled(
+            recent::Handled {
+                channel,
+                kind,
+                ts: recent::Ts::new(ts),
+                thread: thread.map(recent::Ts::new),
+                bot_thread,
+            },
+            std::time::Instant::now(),
+        );
     }
 }
 
 impl Shared {
     /// Is it a thread the bot takes part in? What this run saw is in `threads`; a thread
-    /// from before a restart is not, and Socket Mode events lose `parent_user_id`
-    /// (slack-morphism's typed event has no such field), while the Events API's names only
-    /// the root's author (a person, when someone started the thread by mentioning the
-    /// bot). So `conversations.replies` is asked, once per thread: the bot posted the root,
-    /// is among those who replied, or posted one of the first messages. The answer, either
-    /// way, is kept in `threads`. It and the user lookup end by `until`
+    /// from before a restart is not, and a reply's `parent_user_id` (when Slack sends one)
+    /// names only the root's author (a person, when someone started the thread by
+    /// mentioning the bot). So `conversations.replies` is asked, once per thread: the bot
+    /// posted the root, is among those who replied, or posted one of the first messages.
+    /// The answer, either way, is kept in `threads`. It and the user lookup end by `until`
     /// together; a lookup that fails or runs late counts as someone else's thread and is
     /// tried again next time.
     async fn learn_thread(
@@ -314,6 +367,7 @@ impl SlackChannel {
                 inbound: RwLock::new(None),
                 memory: Mutex::new(Memory::default()),
                 last_activity: Mutex::new(tokio::time::Instant::now()),
+                catch_up: catch_up::State::default(),
             }),
         })
     }
@@ -384,10 +438,28 @@ impl Channel for SlackChannel {
         };
         info!(user_id = %me.user_id, "slack bot identified");
         *sh.identity.write().unwrap_or_else(|e| e.into_inner()) = Some(me);
-        sh.set_inbound(Some(inbound.clone()));
+        let saver = sh.cfg.state_file.clone().map(|path| {
+            let recent = &sh.catch_up.recent;
+            recent.load(
+                &path,
+                std::time::Instant::now(),
+                std::time::SystemTime::now(),
+            );
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(catch_up::keep_saved(sh.clone(), path, stop.clone()));
+            (stop, task)
+        });
         let result = match (&sh.cfg.app_token, &sh.cfg.signing_secret) {
-            (Some(app_token), _) => socket::run(sh.clone(), app_token, shutdown).await,
+            // The catch-up starts with the first socket's `hello` (see `frames`).
+            (Some(app_token), _) => {
+                sh.set_inbound(Some(inbound.clone()));
+                socket::run(sh.clone(), app_token, shutdown).await
+            }
             (None, Some(_)) => {
+                // Held before intake opens: a live event cannot overtake the catch-up.
+                let todo = catch_up::plan(sh);
+                sh.set_inbound(Some(inbound.clone()));
+                catch_up::start(sh.clone(), todo, shutdown.clone());
                 inbound.set_connected(NAME, true, "events api: waiting for POST /slack/events");
                 shutdown.cancelled().await;
                 Ok(())
@@ -397,6 +469,11 @@ impl Channel for SlackChannel {
             )),
         };
         sh.set_inbound(None);
+        if let Some((stop, task)) = saver {
+            // Written once more as it stops.
+            stop.cancel();
+            let _ = task.await;
+        }
         inbound.set_connected(NAME, false, "stopped");
         result
     }

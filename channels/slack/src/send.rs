@@ -75,7 +75,7 @@ pub(crate) async fn send(
                 let mut mem = sh.memory();
                 mem.delivered_chunks.insert(fp, i + 1);
                 // A top-level post in a channel roots a thread of the bot's: replies there
-                // are addressed to it (Socket Mode events carry no `parent_user_id`).
+                // are addressed to it, also when an event carries no `parent_user_id`.
                 if thread.is_none() && !crate::inbound::is_dm(channel) {
                     mem.threads.insert((channel.to_string(), ts.clone()), true);
                 }

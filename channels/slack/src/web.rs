@@ -167,6 +167,34 @@ pub(crate) struct ThreadMessage {
     pub reply_users: Vec<String>,
 }
 
+/// One page of `conversations.history` or `conversations.replies`: the messages as Slack
+/// sent them (JSON, fed to intake like an event's), and where the next page starts.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Page {
+    #[serde(default)]
+    pub messages: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub has_more: bool,
+    #[serde(default)]
+    response_metadata: Option<PageMeta>,
+}
+
+#[derive(Debug, Deserialize)]
+struct PageMeta {
+    #[serde(default)]
+    next_cursor: Option<String>,
+}
+
+impl Page {
+    /// The cursor of the next page, when there is one.
+    pub fn next_cursor(&self) -> Option<&str> {
+        self.response_metadata
+            .as_ref()
+            .and_then(|m| m.next_cursor.as_deref())
+            .filter(|c| !c.is_empty())
+    }
+}
+
 #[derive(Deserialize)]
 struct ConnectionsOpen {
     #[allow(dead_code)]
@@ -175,6 +203,9 @@ struct ConnectionsOpen {
 
 /// Messages of a thread read to tell whether the bot took part in it.
 pub(crate) const THREAD_LOOKUP: usize = 50;
+
+/// Messages asked for per page of a catch-up (Slack's default; at most 999).
+pub(crate) const CATCH_UP_PAGE: usize = 100;
 
 /// Web API client bound to the bot token.
 pub(crate) struct WebApi {
@@ -287,6 +318,59 @@ impl WebApi {
             return Err(WebError::Api("thread_not_found".into()));
         }
         Ok(r.messages)
+    }
+
+    /// `conversations.history`: the top-level messages (and thread broadcasts) of `channel`
+    /// posted after `oldest` (not `oldest` itself), newest first, [`CATCH_UP_PAGE`] a page.
+    pub async fn history_after(
+        &self,
+        channel: &str,
+        oldest: &str,
+        cursor: Option<&str>,
+    ) -> Result<Page, WebError> {
+        let limit = CATCH_UP_PAGE.to_string();
+        let mut params = vec![
+            ("channel", Some(channel)),
+            ("oldest", Some(oldest)),
+            ("inclusive", Some("false")),
+            ("limit", Some(limit.as_str())),
+        ];
+        if let Some(c) = cursor {
+            params.push(("cursor", Some(c)));
+        }
+        self.get("conversations.history", &params).await
+    }
+
+    /// `conversations.replies`: the replies of thread `root` in `channel` posted after
+    /// `oldest`, oldest first (Slack puts the root first on the first page whatever
+    /// `oldest` says), one page of [`CATCH_UP_PAGE`].
+    pub async fn replies_after(
+        &self,
+        channel: &str,
+        root: &str,
+        oldest: &str,
+    ) -> Result<Page, WebError> {
+        let limit = CATCH_UP_PAGE.to_string();
+        let params = vec![
+            ("channel", Some(channel)),
+            ("ts", Some(root)),
+            ("oldest", Some(oldest)),
+            ("inclusive", Some("false")),
+            ("limit", Some(limit.as_str())),
+        ];
+        self.get("conversations.replies", &params).await
+    }
+
+    async fn get<RS>(&self, method: &str, params: &[(&str, Option<&str>)]) -> Result<RS, WebError>
+    where
+        RS: for<'de> Deserialize<'de> + Send,
+    {
+        self.client
+            .open_session(&self.bot_token)
+            .http_session_api
+            .http_get(method, &params.to_vec(), None)
+            .await
+            .map_err(WebError::from_client)
     }
 
     /// `chat.postMessage` with `mrkdwn: true`; returns the new message's ts.

@@ -6,10 +6,15 @@
 //! `/files/<path>` (`url_private`, bot token required). It records every
 //! call, every posted/updated message, every reaction and every Socket Mode ack, injects
 //! faults (429 with `Retry-After`, API errors, HTTP statuses, delays) per method, and offers
-//! bounded waits. [`events`] builds event payloads and signs Events API requests.
+//! bounded waits. It keeps a message history (`conversations.history` /
+//! `conversations.replies`, see `history`): the bot's posts, the messages pushed over a
+//! socket, and those added without delivery ([`FakeSlack::add_unseen`]: sent while the
+//! gateway was away). Sockets can be refused ([`FakeSlack::refuse_sockets`]) or dropped.
+//! [`events`] builds event payloads and signs Events API requests.
 
 pub mod events;
 mod files;
+mod history;
 mod socket;
 mod web;
 
@@ -106,11 +111,15 @@ struct Inner {
     faults: HashMap<String, VecDeque<Fault>>,
     users: HashMap<String, String>,
     files: HashMap<String, files::HostedFile>,
-    /// Messages posted before the test (by anyone): `(channel, ts)` → message.
+    /// Messages other than the bot's posts: `(channel, ts)` → message as the history
+    /// lists it.
     history: HashMap<(String, String), Value>,
     file_gets: Vec<FileGet>,
     sockets: Vec<socket::SocketHandle>,
     connections: usize,
+    /// New sockets are refused (HTTP 503 on the upgrade), like a network that is down.
+    refuse_sockets: bool,
+    refused_sockets: usize,
     /// Envelopes sent and not yet acknowledged, for [`FakeSlack::redeliver_unacked`].
     unacked: Vec<(String, Value)>,
     next: u64,
@@ -194,8 +203,8 @@ impl FakeSlack {
         self.shared.lock().users.insert(id.into(), name.into());
     }
 
-    /// Make `conversations.replies` know a message posted earlier (before a restart, say):
-    /// by `user`, or by the bot with its `bot_id` when `user` is [`BOT_USER_ID`].
+    /// Make the history know a message posted earlier (before a restart, say): by `user`,
+    /// or by the bot with its `bot_id` when `user` is [`BOT_USER_ID`].
     pub fn add_message(&self, channel: &str, ts: &str, user: &str, text: &str) {
         let mut m = json!({"type": "message", "user": user, "text": text, "ts": ts});
         if user == BOT_USER_ID {
@@ -212,6 +221,14 @@ impl FakeSlack {
         if let Some(m) = self.shared.lock().history.get_mut(&key) {
             m["thread_ts"] = json!(root);
         }
+    }
+
+    /// A message posted while the gateway was away: `event` (from [`events`]) is kept in the
+    /// history, and never delivered over a socket.
+    pub fn add_unseen(&self, event: Value) {
+        let (channel, ts, m) = history::stored(&event).expect("a message event");
+        self.shared.lock().history.insert((channel, ts), m);
+        self.shared.bump();
     }
 
     /// Serve `body` at `/files/<path>` to the bot token; returns its `url_private`.
@@ -274,6 +291,24 @@ impl FakeSlack {
         self.shared.lock().calls.clone()
     }
 
+    /// The parameters of every call of `method` so far, in order.
+    pub fn calls_of(&self, method: &str) -> Vec<Map<String, Value>> {
+        self.shared
+            .lock()
+            .calls
+            .iter()
+            .filter(|c| c.method == method)
+            .map(|c| c.params.clone())
+            .collect()
+    }
+
+    /// Wait until `method` was called at least `n` times; returns its calls' parameters.
+    pub async fn wait_for_calls(&self, method: &str, n: usize) -> Vec<Map<String, Value>> {
+        let what = format!("{n} {method} calls");
+        self.wait(WAIT, &what, |f| f.call_count(method) >= n).await;
+        self.calls_of(method)
+    }
+
     /// How many times `method` was called.
     pub fn call_count(&self, method: &str) -> usize {
         self.shared
@@ -314,6 +349,18 @@ impl FakeSlack {
     /// Sockets open right now.
     pub fn open_sockets(&self) -> usize {
         self.shared.lock().sockets.len()
+    }
+
+    /// Refuse (`true`) or accept again new Socket Mode connections; open ones stay.
+    pub fn refuse_sockets(&self, refuse: bool) {
+        self.shared.lock().refuse_sockets = refuse;
+    }
+
+    /// Wait until at least `n` socket connections were refused.
+    pub async fn wait_for_refused_sockets(&self, n: usize) {
+        let what = format!("{n} refused socket connections");
+        self.wait(WAIT, &what, |f| f.shared.lock().refused_sockets >= n)
+            .await;
     }
 
     /// Wait (bounded by `timeout`) until `cond` holds over the recorded state.
@@ -399,6 +446,10 @@ impl FakeSlack {
         });
         {
             let mut g = self.shared.lock();
+            if let Some((channel, ts, m)) = history::stored(&envelope["payload"]["event"]) {
+                // A mention comes as `message` and `app_mention`: one message.
+                g.history.entry((channel, ts)).or_insert(m);
+            }
             g.unacked.push((envelope_id.clone(), envelope.clone()));
             if let Some(s) = g.sockets.last() {
                 s.send(envelope.to_string());
@@ -455,6 +506,13 @@ impl FakeSlack {
     /// Drop every open socket without a close frame (like a lost connection).
     pub fn drop_sockets(&self) {
         for s in &self.shared.lock().sockets {
+            s.kill();
+        }
+    }
+
+    /// Drop the oldest open socket without a close frame; the others stay.
+    pub fn drop_oldest_socket(&self) {
+        if let Some(s) = self.shared.lock().sockets.first() {
             s.kill();
         }
     }

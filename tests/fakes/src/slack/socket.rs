@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::response::Response;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -39,6 +40,15 @@ impl SocketHandle {
 }
 
 pub(crate) async fn upgrade(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+    {
+        let mut g = shared.lock();
+        if g.refuse_sockets {
+            g.refused_sockets += 1;
+            drop(g);
+            shared.bump();
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+    }
     ws.on_upgrade(move |socket| serve(shared, socket))
 }
 

@@ -204,67 +204,14 @@ fn web_method(shared: &Shared, method: &str, p: &Map<String, Value>) -> Response
                 "profile": {"display_name": name, "real_name": name},
             }}))
         }
-        // The thread's root only, as `limit=1` gives (real Slack answers a ts that is not
-        // a message with `thread_not_found`).
-        "conversations.replies" => {
-            let key = (
-                str_param(p, "channel").unwrap_or_default(),
-                str_param(p, "ts").unwrap_or_default(),
-            );
-            let g = shared.lock();
-            let posted = g
-                .posts
-                .iter()
-                .find(|m| (&m.channel, &m.ts) == (&key.0, &key.1));
-            let mut root = match posted {
-                Some(m) => json!({"type": "message", "user": BOT_USER_ID, "bot_id": BOT_ID,
-                                  "text": m.text, "ts": m.ts}),
-                None => match g.history.get(&key) {
-                    Some(m) => m.clone(),
-                    None => return slack_error("thread_not_found"),
-                },
-            };
-            // The thread's replies, oldest first: the bot's posts in it and messages added
-            // to it; the root lists who replied (`reply_users`, up to 5) as Slack does.
-            let mut replies: Vec<Value> = g
-                .posts
-                .iter()
-                .filter(|m| m.channel == key.0 && m.thread_ts.as_deref() == Some(&key.1))
-                .map(|m| {
-                    json!({"type": "message", "user": BOT_USER_ID, "bot_id": BOT_ID,
-                           "text": m.text, "ts": m.ts, "thread_ts": key.1})
-                })
-                .chain(
-                    g.history
-                        .iter()
-                        .filter(|((c, ts), m)| {
-                            *c == key.0 && *ts != key.1 && m["thread_ts"] == json!(key.1)
-                        })
-                        .map(|(_, m)| m.clone()),
-                )
-                .collect();
-            replies.sort_by(|a, b| a["ts"].as_str().cmp(&b["ts"].as_str()));
-            if !replies.is_empty() {
-                let mut users: Vec<Value> = Vec::new();
-                for r in &replies {
-                    if !users.contains(&r["user"]) && users.len() < 5 {
-                        users.push(r["user"].clone());
-                    }
-                }
-                root["reply_count"] = json!(replies.len());
-                root["reply_users"] = json!(users);
-                root["thread_ts"] = json!(key.1);
-            }
-            let limit = str_param(p, "limit")
-                .and_then(|l| l.parse::<usize>().ok())
-                .unwrap_or(1000)
-                .max(1);
-            let mut messages = vec![root];
-            messages.extend(replies);
-            let has_more = messages.len() > limit;
-            messages.truncate(limit);
-            ok(json!({"messages": messages, "has_more": has_more}))
-        }
+        "conversations.history" => match super::history::history(&shared.lock(), p) {
+            Ok(body) => ok(body),
+            Err(code) => slack_error(code),
+        },
+        "conversations.replies" => match super::history::replies(&shared.lock(), p) {
+            Ok(body) => ok(body),
+            Err(code) => slack_error(code),
+        },
         "conversations.info" => {
             let id = str_param(p, "channel").unwrap_or_default();
             let is_im = id.starts_with('D');

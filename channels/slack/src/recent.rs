@@ -1,0 +1,477 @@
+//! What was handled lately, per conversation: where a catch-up starts.
+//!
+//! For each conversation (channel, private channel, DM, group DM) heard from in the last
+//! 24 h, [`Recent`] keeps the `ts` of the last message intake handled (published, dropped as
+//! a duplicate, or ignored on purpose), and for the threads the bot takes part in there, the
+//! last reply handled. After a connection gap (see `catch_up`) each is asked what came after
+//! it. With a state file the same holds across restarts: it is written every few seconds
+//! while something changed and when the channel stops, and read when it starts. A crash
+//! loses only the last few seconds of it; those messages are fetched again and the bus drops
+//! them (same message id).
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Conversations remembered (the most recently active).
+const MAX_CONVERSATIONS: usize = 500;
+/// Threads remembered per conversation (the most recently active).
+const MAX_THREADS: usize = 10;
+/// A conversation quiet for longer is forgotten: no gap that old is worth answering.
+const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// Conversations caught up on after a gap, the most recently active first.
+const MAX_CATCH_UP: usize = 200;
+
+/// A Slack message timestamp (`"1700000000.000100"`), which is also the message's id in its
+/// conversation. Ordered by its value (seconds, then microseconds), not as text: `"9.5"`
+/// comes before `"10.1"`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct Ts(String);
+
+impl Ts {
+    pub(crate) fn new(ts: impl Into<String>) -> Self {
+        Self(ts.into())
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `(seconds, microseconds)`; fractions are read as decimals (`.2` is 200 000 µs).
+    fn value(&self) -> (u64, u32) {
+        let (secs, frac) = self.0.split_once('.').unwrap_or((&self.0, ""));
+        let micros: String = frac.chars().chain(std::iter::repeat('0')).take(6).collect();
+        (secs.parse().unwrap_or(0), micros.parse().unwrap_or(0))
+    }
+}
+
+impl Ord for Ts {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.value()
+            .cmp(&other.value())
+            .then_with(|| self.0.cmp(&other.0))
+    }
+}
+
+impl PartialOrd for Ts {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// One handled message, as intake saw it.
+pub(crate) struct Handled<'a> {
+    pub channel: &'a str,
+    /// `channel_type` when the event said (`channel`, `group`, `im`, `mpim`).
+    pub kind: Option<&'a str>,
+    pub ts: Ts,
+    /// The thread it belongs to (its root's ts), when in one.
+    pub thread: Option<Ts>,
+    /// The bot takes part in that thread: its replies are caught up on too.
+    pub bot_thread: bool,
+}
+
+/// Where a conversation's catch-up starts.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Gap {
+    pub channel: String,
+    pub kind: Option<String>,
+    /// The last message handled: the catch-up asks for what came after it.
+    pub last: Ts,
+    /// Threads the bot takes part in: `(root, last reply handled)`.
+    pub threads: Vec<(Ts, Ts)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    conversations: HashMap<String, Conversation>,
+    /// Gaps handed out; what was loaded from a state file counts as one.
+    sessions: u64,
+    /// Changed since the state file was written.
+    dirty: bool,
+}
+
+struct Conversation {
+    kind: Option<String>,
+    last: Ts,
+    at: Instant,
+    threads: Vec<Thread>,
+}
+
+struct Thread {
+    root: Ts,
+    last: Ts,
+    at: Instant,
+}
+
+/// The state file.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    conversations: Vec<SavedConversation>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedConversation {
+    channel: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    last: Ts,
+    /// When it was handled, in ms since the Unix epoch.
+    at_ms: u64,
+    #[serde(default)]
+    threads: Vec<SavedThread>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedThread {
+    root: Ts,
+    last: Ts,
+    at_ms: u64,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The last handled message per conversation; see the module docs.
+#[derive(Default)]
+pub(crate) struct Recent(Mutex<Inner>);
+
+impl Recent {
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Note `m` handled at `now`.
+    pub(crate) fn handled(&self, m: Handled<'_>, now: Instant) {
+        let mut inner = self.inner();
+        inner.dirty = true;
+        let conv = inner
+            .conversations
+            .entry(m.channel.to_string())
+            .or_insert_with(|| Conversation {
+                kind: None,
+                last: m.ts.clone(),
+                at: now,
+                threads: Vec::new(),
+            });
+        if m.ts > conv.last {
+            conv.last = m.ts.clone();
+        }
+        conv.at = now;
+        if let Some(k) = m.kind {
+            conv.kind = Some(k.to_string());
+        }
+        if let Some(root) = m.thread {
+            match conv.threads.iter_mut().find(|t| t.root == root) {
+                Some(t) => {
+                    t.last = t.last.clone().max(m.ts);
+                    t.at = now;
+                }
+                None if m.bot_thread => {
+                    conv.threads.push(Thread {
+                        root,
+                        last: m.ts,
+                        at: now,
+                    });
+                    if conv.threads.len() > MAX_THREADS {
+                        conv.threads.sort_by_key(|t| std::cmp::Reverse(t.at));
+                        conv.threads.truncate(MAX_THREADS);
+                    }
+                }
+                None => {}
+            }
+        }
+        if inner.conversations.len() > MAX_CONVERSATIONS {
+            let oldest = inner
+                .conversations
+                .iter()
+                .min_by_key(|(_, c)| c.at)
+                .map(|(c, _)| c.clone());
+            if let Some(c) = oldest {
+                inner.conversations.remove(&c);
+            }
+        }
+    }
+
+    /// Forget `channel` (the bot was removed from it).
+    pub(crate) fn forget(&self, channel: &str) {
+        let mut inner = self.inner();
+        if inner.conversations.remove(channel).is_some() {
+            inner.dirty = true;
+        }
+    }
+
+    /// The connection was back at `now` after a gap (or the channel started): the
+    /// conversations to catch up on, the most recently active first. None at the first
+    /// connection of a run that remembered nothing.
+    pub(crate) fn new_session(&self, now: Instant) -> Vec<Gap> {
+        let mut inner = self.inner();
+        inner.sessions += 1;
+        inner
+            .conversations
+            .retain(|_, c| now.saturating_duration_since(c.at) <= MAX_AGE);
+        if inner.sessions == 1 {
+            return Vec::new();
+        }
+        let mut convs: Vec<(&String, &Conversation)> = inner.conversations.iter().collect();
+        convs.sort_by_key(|(_, c)| std::cmp::Reverse(c.at));
+        convs.truncate(MAX_CATCH_UP);
+        convs
+            .into_iter()
+            .map(|(channel, c)| Gap {
+                channel: channel.clone(),
+                kind: c.kind.clone(),
+                last: c.last.clone(),
+                threads: c
+                    .threads
+                    .iter()
+                    .filter(|t| now.saturating_duration_since(t.at) <= MAX_AGE)
+                    .map(|t| (t.root.clone(), t.last.clone()))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Read the state file written by [`Recent::save`] into this (a missing or unreadable
+    /// file is nothing remembered); `now` and `wall` are the same moment on both clocks.
+    /// What it holds is caught up on at the first session.
+    pub(crate) fn load(&self, path: &Path, now: Instant, wall: SystemTime) {
+        let saved: Option<Saved> = match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| {
+                    tracing::warn!(file = %path.display(), error = %e,
+                        "slack: ignoring an unreadable state file")
+                })
+                .ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e,
+                    "slack: cannot read the state file");
+                None
+            }
+        };
+        let wall_ms = unix_ms(wall);
+        let at = |at_ms: u64| {
+            let age = Duration::from_millis(wall_ms.saturating_sub(at_ms));
+            (age <= MAX_AGE).then(|| now.checked_sub(age).unwrap_or(now))
+        };
+        let mut inner = Inner::default();
+        for c in saved.map(|s| s.conversations).unwrap_or_default() {
+            let Some(conv_at) = at(c.at_ms) else { continue };
+            let threads = c
+                .threads
+                .into_iter()
+                .filter_map(|t| {
+                    at(t.at_ms).map(|at| Thread {
+                        root: t.root,
+                        last: t.last,
+                        at,
+                    })
+                })
+                .take(MAX_THREADS)
+                .collect();
+            inner.conversations.insert(
+                c.channel,
+                Conversation {
+                    kind: c.kind,
+                    last: c.last,
+                    at: conv_at,
+                    threads,
+                },
+            );
+        }
+        // What was remembered counts as the session before the first one.
+        inner.sessions = u64::from(!inner.conversations.is_empty());
+        *self.inner() = inner;
+    }
+
+    /// Whether anything changed since the state file was written.
+    pub(crate) fn changed(&self) -> bool {
+        self.inner().dirty
+    }
+
+    /// Write the state file if anything changed since the last time (`now` and `wall` as in
+    /// [`Recent::load`]). Atomic: a crash leaves the old file or the new one.
+    pub(crate) fn save(&self, path: &Path, now: Instant, wall: SystemTime) {
+        let saved = {
+            let mut inner = self.inner();
+            if !inner.dirty {
+                return;
+            }
+            inner.dirty = false;
+            let wall_ms = unix_ms(wall);
+            let at_ms = |at: Instant| {
+                let age = now.saturating_duration_since(at).as_millis();
+                wall_ms.saturating_sub(u64::try_from(age).unwrap_or(u64::MAX))
+            };
+            let conversations = inner
+                .conversations
+                .iter()
+                .map(|(channel, c)| SavedConversation {
+                    channel: channel.clone(),
+                    kind: c.kind.clone(),
+                    last: c.last.clone(),
+                    at_ms: at_ms(c.at),
+                    threads: c
+                        .threads
+                        .iter()
+                        .map(|t| SavedThread {
+                            root: t.root.clone(),
+                            last: t.last.clone(),
+                            at_ms: at_ms(t.at),
+                        })
+                        .collect(),
+                })
+                .collect();
+            Saved { conversations }
+        };
+        let write = || -> std::io::Result<()> {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+            serde_json::to_writer(&mut tmp, &saved)?;
+            tmp.as_file().sync_data()?;
+            tmp.persist(path).map_err(|e| e.error)?;
+            Ok(())
+        };
+        if let Err(e) = write() {
+            self.inner().dirty = true;
+            tracing::warn!(file = %path.display(), error = %e, "slack: cannot write the state file");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg<'a>(channel: &'a str, ts: &str, thread: Option<&str>, bot_thread: bool) -> Handled<'a> {
+        Handled {
+            channel,
+            kind: Some("channel"),
+            ts: Ts::new(ts),
+            thread: thread.map(Ts::new),
+            bot_thread,
+        }
+    }
+
+    #[test]
+    fn timestamps_compare_by_value_not_as_text() {
+        let mut v: Vec<Ts> = ["10.1", "9.5", "9.25", "1700000000.000100", "9.250001"]
+            .into_iter()
+            .map(Ts::new)
+            .collect();
+        v.sort();
+        let got: Vec<&str> = v.iter().map(Ts::as_str).collect();
+        assert_eq!(
+            got,
+            ["9.25", "9.250001", "9.5", "10.1", "1700000000.000100"]
+        );
+        assert!(Ts::new("9.2") == Ts::new("9.2"));
+        assert!(Ts::new("9.2") < Ts::new("9.200001"));
+    }
+
+    #[test]
+    fn the_first_session_has_no_gap_and_later_ones_get_each_recent_conversation() {
+        let recent = Recent::default();
+        let t0 = Instant::now();
+        assert!(recent.new_session(t0).is_empty());
+        recent.handled(msg("C1", "10.5", None, false), t0);
+        recent.handled(msg("C1", "9.5", None, false), t0);
+        // A reply in a thread the bot is in is tracked; one in another thread is not.
+        recent.handled(msg("C1", "11.0", Some("10.5"), true), t0);
+        recent.handled(msg("C1", "11.5", Some("7.0"), false), t0);
+        recent.handled(msg("C1", "12.0", Some("10.5"), false), t0);
+        let later = t0 + Duration::from_secs(1);
+        recent.handled(
+            Handled {
+                kind: Some("im"),
+                ..msg("D1", "3.0", None, false)
+            },
+            later,
+        );
+        let gap = recent.new_session(later);
+        assert_eq!(
+            gap,
+            vec![
+                Gap {
+                    channel: "D1".into(),
+                    kind: Some("im".into()),
+                    last: Ts::new("3.0"),
+                    threads: vec![],
+                },
+                Gap {
+                    channel: "C1".into(),
+                    kind: Some("channel".into()),
+                    last: Ts::new("12.0"),
+                    threads: vec![(Ts::new("10.5"), Ts::new("12.0"))],
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_state_file_carries_recent_conversations_across_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("slack-recent.json");
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let fresh = Recent::default();
+        fresh.load(&path, t0, w0);
+        assert!(fresh.new_session(t0).is_empty(), "no file");
+
+        let recent = Recent::default();
+        recent.new_session(t0);
+        recent.handled(msg("C1", "10.0", Some("10.0"), true), t0);
+        recent.save(&path, t0, w0);
+        assert!(!recent.changed());
+
+        let (t1, w1) = (
+            t0 + Duration::from_secs(3600),
+            w0 + Duration::from_secs(3600),
+        );
+        let back = Recent::default();
+        back.load(&path, t1, w1);
+        let gap = back.new_session(t1);
+        assert_eq!(gap.len(), 1);
+        assert_eq!(gap[0].last, Ts::new("10.0"));
+        assert_eq!(gap[0].threads, vec![(Ts::new("10.0"), Ts::new("10.0"))]);
+        // Only the first session after a load gets it for nothing.
+        assert_eq!(back.new_session(t1).len(), 1, "still remembered");
+
+        // Two days later: too old to answer.
+        let old = Recent::default();
+        old.load(&path, t1, w0 + MAX_AGE * 2);
+        assert!(old.new_session(t1).is_empty());
+
+        // A damaged file is nothing remembered.
+        std::fs::write(&path, b"{not json").expect("write");
+        let damaged = Recent::default();
+        damaged.load(&path, t1, w1);
+        assert!(damaged.new_session(t1).is_empty());
+    }
+
+    #[test]
+    fn quiet_conversations_are_forgotten_and_the_map_is_bounded() {
+        let recent = Recent::default();
+        let t0 = Instant::now();
+        recent.new_session(t0);
+        recent.handled(msg("C0", "1.0", None, false), t0);
+        for c in 1..=MAX_CONVERSATIONS {
+            recent.handled(msg(&format!("C{c}"), "1.0", None, false), t0 + MAX_AGE);
+        }
+        assert_eq!(recent.inner().conversations.len(), MAX_CONVERSATIONS);
+        assert!(!recent.inner().conversations.contains_key("C0"));
+        let gap = recent.new_session(t0 + MAX_AGE * 2 + Duration::from_secs(1));
+        assert!(gap.is_empty(), "a day quiet: {gap:?}");
+        recent.handled(msg("C1", "2.0", None, false), t0);
+        recent.forget("C1");
+        assert!(recent.inner().conversations.is_empty());
+    }
+}
