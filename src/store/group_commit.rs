@@ -134,7 +134,11 @@ pub(super) fn append(shared: &Shared, active: &mut Active, bytes: &[u8]) -> Resu
         return Err("No space left on device (os error 28)".into());
     }
     let _ = shared;
-    active.append(bytes).map_err(|e| e.to_string())
+    active.append(bytes).map_err(|e| match e {
+        // Named once in the error it ends up in ("store error: journal write failed: …").
+        StoreError::Backend(why) => why,
+        other => other.to_string(),
+    })
 }
 
 /// The writer thread: take the queued commits (up to [`MAX_GROUP`]), append them and the
