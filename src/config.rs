@@ -6,6 +6,7 @@
 
 mod duration;
 mod load;
+mod places;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

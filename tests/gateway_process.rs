@@ -240,6 +240,10 @@ fn config_check_names_the_key_path_and_warns_on_unknown_keys() {
             "[llm]\nfallback_models = [\"backup\", \" \"]\n",
             "llm.fallback_models[1]: must be a model name",
         ),
+        (
+            "[gateway]\ndata_dir = \"ws/data\"\nworkspace = \"ws\"\n",
+            "gateway.data_dir: ",
+        ),
     ] {
         let (ok, _, err) = config_check(toml);
         assert!(!ok, "{toml} should fail");

@@ -8,6 +8,7 @@ use switchboard_channel::ChatKey;
 use tokio_util::sync::CancellationToken;
 
 use super::admin_client::Target;
+use super::show::field;
 use super::{CronAction, PairingAction, SessionsAction};
 use crate::agent::session::Session;
 use crate::config::Loaded;
@@ -149,24 +150,26 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                     (json!(p), json!(a))
                 }
             };
+            // Names come from strangers: each stays on its line (see `show`).
+            let f = |v: &Value| field(v.as_str().unwrap_or("")).into_owned();
             out!("pending:");
             for p in pending.as_array().into_iter().flatten() {
                 out!(
                     "  {} {} from {} ({}) until {}",
-                    p["channel"].as_str().unwrap_or(""),
-                    p["code"].as_str().unwrap_or(""),
-                    p["display_name"].as_str().unwrap_or(""),
-                    p["sender_id"].as_str().unwrap_or(""),
-                    p["expires_at"].as_str().unwrap_or("")
+                    f(&p["channel"]),
+                    f(&p["code"]),
+                    f(&p["display_name"]),
+                    f(&p["sender_id"]),
+                    f(&p["expires_at"])
                 );
             }
             out!("approved:");
             for a in approved.as_array().into_iter().flatten() {
                 out!(
                     "  {} {} ({})",
-                    a["channel"].as_str().unwrap_or(""),
-                    a["display_name"].as_str().unwrap_or(""),
-                    a["sender_id"].as_str().unwrap_or("")
+                    f(&a["channel"]),
+                    f(&a["display_name"]),
+                    f(&a["sender_id"])
                 );
             }
         }
@@ -185,9 +188,10 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                 }
             };
             out!(
-                "approved {} ({}) on {channel}",
-                who["display_name"].as_str().unwrap_or(""),
-                who["sender_id"].as_str().unwrap_or("")
+                "approved {} ({}) on {}",
+                field(who["display_name"].as_str().unwrap_or("")),
+                field(who["sender_id"].as_str().unwrap_or("")),
+                field(&channel)
             );
         }
         PairingAction::Revoke { channel, user } => {
@@ -206,9 +210,10 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
             };
             // Who it was (a name may have matched): the id, as approve says it.
             out!(
-                "revoked {} ({}) on {channel}",
-                who["display_name"].as_str().unwrap_or(&user),
-                who["sender_id"].as_str().unwrap_or("")
+                "revoked {} ({}) on {}",
+                field(who["display_name"].as_str().unwrap_or(&user)),
+                field(who["sender_id"].as_str().unwrap_or("")),
+                field(&channel)
             );
         }
     }
@@ -226,7 +231,7 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
                 Target::Local(store) => Session::keys(store.as_ref())?,
             };
             for (k, n) in keys {
-                out!("{k}\t{n} messages");
+                out!("{}\t{n} messages", field(&k));
             }
         }
         SessionsAction::Show { key } => {
@@ -249,10 +254,11 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
             if session["summary"].is_null() && messages.is_none_or(|m| m.is_empty()) {
                 out!("no messages in {key}");
             }
+            // A message's own lines are kept; its control characters are not (`out!`).
             for m in messages.into_iter().flatten() {
                 out!(
                     "{}: {}",
-                    m["role"].as_str().unwrap_or("?"),
+                    field(m["role"].as_str().unwrap_or("?")),
                     m["content"].as_str().unwrap_or("")
                 );
             }
@@ -299,12 +305,14 @@ pub fn skills_list(loaded: &Loaded) -> anyhow::Result<()> {
         } else {
             format!("unavailable: missing {}", s.missing.join(", "))
         };
+        // Skills in the workspace are the agent's to write.
         out!(
-            "{:<20} {:<10} {status}\n{:<20} {}",
-            s.name,
-            s.source,
+            "{:<20} {:<10} {}\n{:<20} {}",
+            field(&s.name),
+            field(&s.source),
+            field(&status),
             "",
-            s.description
+            field(&s.description)
         );
     }
     Ok(())
@@ -325,13 +333,17 @@ fn print_jobs(jobs: &Value) {
                 let why = last
                     .map(|r| {
                         let outcome = serde_json::to_value(r.outcome).unwrap_or_default();
-                        let error = r.error.as_deref().unwrap_or("no reason recorded");
+                        let error = field(r.error.as_deref().unwrap_or("no reason recorded"));
                         format!(" (last run {}: {error})", outcome.as_str().unwrap_or("?"))
                     })
                     .unwrap_or_default();
-                out!("{}\t{}{why}", job.key, job.summary())
+                out!(
+                    "{}\t{}{why}",
+                    field(&job.key.to_string()),
+                    field(&job.summary())
+                )
             }
-            Err(e) => out!("(unreadable job: {e})"),
+            Err(e) => out!("(unreadable job: {})", field(&e.to_string())),
         }
     }
 }

@@ -2,11 +2,14 @@
 //! admin API when there is one, and open the store directly when there is none.
 
 /// `println!` for command output: a reader that went away (`switchboard cron list | head`)
-/// ends the command quietly with 141, as SIGPIPE would, instead of a panic.
+/// ends the command quietly with 141, as SIGPIPE would, instead of a panic. Control
+/// characters other than new lines and tabs are shown as escapes ([`show::text`]); a field
+/// from elsewhere (a name, a key) goes through [`show::field`] too, so it stays on its line.
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+        let line = format!($($arg)*);
+        if let Err(e) = writeln!(std::io::stdout(), "{}", $crate::cli::show::text(&line)) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 std::process::exit(141);
             }
@@ -17,6 +20,7 @@ macro_rules! out {
 mod admin_client;
 mod commands;
 mod doctor;
+mod show;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -207,7 +211,7 @@ pub async fn main(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", show::text(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

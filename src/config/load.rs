@@ -62,6 +62,7 @@ pub fn load_str(text: &str, base: &Path) -> Result<Loaded, ConfigError> {
     })?;
     validate(&config, &mut warnings)?;
     resolve_paths(&mut config, base);
+    super::places::check(&config)?;
     Ok(Loaded {
         config,
         warnings,

@@ -230,3 +230,47 @@ fn a_heartbeat_target_on_an_unknown_channel_warns_and_a_huge_turn_limit_is_refus
         "{e}"
     );
 }
+
+/// A data dir the agent's tools reach (`exec base64 data/admin.token`) is refused while
+/// they are confined to the workspace; side by side, or the workspace in the data dir, is
+/// fine.
+#[test]
+fn a_data_dir_in_the_workspace_is_refused_while_the_agent_is_confined_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path();
+    let load = |text: &str| load_str(text, base).map(|_| ()).map_err(|e| e.to_string());
+    std::fs::create_dir(base.join("ws")).unwrap();
+    std::os::unix::fs::symlink(base.join("ws"), base.join("linked")).unwrap();
+    for (data, ws) in [
+        ("ws/data", "ws"),
+        ("ws", "ws"),
+        ("ws/", "./ws"),
+        ("new/../ws/data", "ws"),
+        ("linked/data", "ws"),
+        ("ws/data", "linked"),
+        ("data", "."),
+    ] {
+        let text = format!("[gateway]\ndata_dir = {data:?}\nworkspace = {ws:?}");
+        let e = load(&text).unwrap_err();
+        assert!(
+            e.starts_with("gateway.data_dir: ")
+                && e.contains("the workspace")
+                && e.contains("side by side"),
+            "{text}: {e}"
+        );
+    }
+    let e = load("[gateway]\ndata_dir = \"data\"\nworkspace = \"data/store/ws\"").unwrap_err();
+    assert!(e.starts_with("gateway.workspace: "), "{e}");
+    for (data, ws) in [
+        ("data", "workspace"),
+        ("/srv/sb", "/srv/sb-workspace"),
+        ("data", "data/workspace"),
+    ] {
+        let text = format!("[gateway]\ndata_dir = {data:?}\nworkspace = {ws:?}");
+        assert_eq!(load(&text), Ok(()), "{text}");
+    }
+    // Not confined, the tools reach the data dir wherever it is.
+    let free = "[gateway]\ndata_dir = \"ws/data\"\nworkspace = \"ws\"\n\
+                [agent]\nrestrict_to_workspace = false";
+    assert_eq!(load(free), Ok(()));
+}

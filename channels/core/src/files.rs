@@ -8,11 +8,18 @@
 //! Saving a download into the workspace inbox ([`save`]): it is written to `<name>.part`,
 //! at most a given size, made durable and renamed once whole (a crash never leaves half a
 //! file under that name); the part goes otherwise, also when the download is dropped.
+//! The inbox is in the workspace, where `exec` can plant links: nothing is written through
+//! one (see [`save`]).
 
+use std::ffi::{OsStr, OsString};
 use std::future::Future;
+use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use futures_util::{Stream, StreamExt};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::AsyncWriteExt;
@@ -96,11 +103,11 @@ pub enum WriteError<E> {
     /// The download failed.
     Stream(E),
     /// The inbox could not be written.
-    Io(std::io::Error),
+    Io(io::Error),
 }
 
-impl<E> From<std::io::Error> for WriteError<E> {
-    fn from(e: std::io::Error) -> Self {
+impl<E> From<io::Error> for WriteError<E> {
+    fn from(e: io::Error) -> Self {
         WriteError::Io(e)
     }
 }
@@ -129,53 +136,138 @@ pub fn inbox_name(base: &str, original: &str) -> PathBuf {
     }
 }
 
-/// Where `dest` is written until it is whole: `report.pdf` → `report.pdf.part`.
-fn part_path(dest: &Path) -> PathBuf {
-    dest.with_extension(match dest.extension() {
-        Some(e) => format!("{}.part", e.to_string_lossy()),
-        None => "part".to_string(),
-    })
+/// Where a file is written until it is whole: `report.pdf` → `report.pdf.part`.
+fn part_name(name: &OsStr) -> OsString {
+    let mut part = name.to_os_string();
+    part.push(".part");
+    part
+}
+
+/// How a folder is opened by its name: never through a link.
+const FOLDER: OFlags = OFlags::DIRECTORY
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::RDONLY)
+    .union(OFlags::CLOEXEC);
+
+/// Open the inbox `folder` to save files in, created when missing. The folder above it
+/// (the workspace) is taken as configured; the inbox itself is opened by its name from
+/// there without following a link: `exec` can put a link there (`ln -s /home/me/.ssh
+/// inbox`), and a download written through it would land wherever it leads. A link or
+/// anything else that is not a folder is refused, logged, and left as it is.
+fn open_inbox(folder: &Path) -> io::Result<OwnedFd> {
+    let name = folder.file_name().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, "the inbox has no folder name")
+    })?;
+    let above = match folder.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(above)?;
+    let above = rustix::fs::open(above, FOLDER.difference(OFlags::NOFOLLOW), Mode::empty())?;
+    let opened = match rustix::fs::openat(&above, name, FOLDER, Mode::empty()) {
+        Err(Errno::NOENT) => {
+            match rustix::fs::mkdirat(&above, name, Mode::from_raw_mode(0o777)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            rustix::fs::openat(&above, name, FOLDER, Mode::empty())
+        }
+        opened => opened,
+    };
+    let err = match opened {
+        Ok(dir) => return Ok(dir),
+        Err(e) => e,
+    };
+    let what = match rustix::fs::statat(&above, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => "a link",
+        Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Directory => "not a folder",
+        _ => return Err(err.into()),
+    };
+    tracing::error!(
+        inbox = %folder.display(),
+        "the inbox is {what}: no file is saved through it; remove it and the gateway makes \
+         a folder there"
+    );
+    Err(io::Error::other(format!(
+        "the inbox is {what}, so nothing is saved through it (remove it, and a folder is made)"
+    )))
+}
+
+/// Create the part file `part` in `dir`, only as a new file (never opening what is there,
+/// never following a link). Something already there (a crash's part file, or a link put
+/// in its place) loses its name first; what a link led to is not touched.
+fn create_part(dir: &OwnedFd, part: &OsStr) -> io::Result<std::fs::File> {
+    let create = || {
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        rustix::fs::openat(dir, part, flags, Mode::from_raw_mode(0o666))
+    };
+    let fd = match create() {
+        Err(Errno::EXIST) => {
+            rustix::fs::unlinkat(dir, part, AtFlags::empty())?;
+            create()?
+        }
+        created => created?,
+    };
+    Ok(std::fs::File::from(fd))
 }
 
 /// Removes the part file unless the download was saved: also when the download is
-/// dropped half-way (a time limit, `/stop`), so no half file is left in the inbox.
-struct PartFile<'a>(Option<&'a Path>);
+/// dropped half-way (a time limit, `/stop`), so no half file is left in the inbox. By its
+/// name in the inbox opened, not by path (which could lead elsewhere by now).
+struct PartFile<'a> {
+    dir: &'a OwnedFd,
+    name: Option<&'a OsStr>,
+}
 
 impl Drop for PartFile<'_> {
     fn drop(&mut self) {
-        if let Some(part) = self.0 {
-            let _ = std::fs::remove_file(part);
+        if let Some(part) = self.name {
+            let _ = rustix::fs::unlinkat(self.dir, part, AtFlags::empty());
         }
     }
 }
 
-/// Save `chunks` as `dest`, at most `max_bytes`: written to `<dest>.part` (created, or
-/// emptied), synced, then renamed, so a crash never leaves half a file under its name. The
-/// bytes written.
+/// Save `chunks` as `dest`, at most `max_bytes`: written to `<dest>.part` (a new file),
+/// synced, then renamed, so a crash never leaves half a file under its name. The bytes
+/// written.
+///
+/// `dest`'s folder (the inbox) is opened as [`open_inbox`] does, and the part file is made
+/// and renamed by name within that open folder: a link planted at the inbox, at the part
+/// file's name or at `dest`'s is never written through. (The few calls on names are quick
+/// and made in place; the bytes are written on tokio's blocking threads.)
 pub async fn save<S, B, E>(chunks: S, dest: &Path, max_bytes: u64) -> Result<u64, WriteError<E>>
 where
     S: Stream<Item = Result<B, E>>,
     B: AsRef<[u8]>,
 {
-    if let Some(dir) = dest.parent() {
-        tokio::fs::create_dir_all(dir).await?;
-    }
-    let part = part_path(dest);
-    let mut guard = PartFile(Some(&part));
-    let written = write_capped(chunks, &part, max_bytes).await?;
-    tokio::fs::rename(&part, dest).await?;
-    guard.0 = None;
+    let (Some(folder), Some(name)) = (dest.parent(), dest.file_name()) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no file name to save as").into());
+    };
+    let dir = open_inbox(folder)?;
+    let part = part_name(name);
+    let out = create_part(&dir, &part)?;
+    let mut guard = PartFile {
+        dir: &dir,
+        name: Some(&part),
+    };
+    let written = write_capped(chunks, tokio::fs::File::from_std(out), max_bytes).await?;
+    rustix::fs::renameat(&dir, &part, &dir, name).map_err(io::Error::from)?;
+    guard.name = None;
     Ok(written)
 }
 
-/// Write `chunks` into `part`, at most `max_bytes`, and sync it: the bytes written.
-async fn write_capped<S, B, E>(chunks: S, part: &Path, max_bytes: u64) -> Result<u64, WriteError<E>>
+/// Write `chunks` into `out`, at most `max_bytes`, and sync it: the bytes written.
+async fn write_capped<S, B, E>(
+    chunks: S,
+    mut out: tokio::fs::File,
+    max_bytes: u64,
+) -> Result<u64, WriteError<E>>
 where
     S: Stream<Item = Result<B, E>>,
     B: AsRef<[u8]>,
 {
     let mut chunks = std::pin::pin!(chunks);
-    let mut out = tokio::fs::File::create(part).await?;
     let mut written: u64 = 0;
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(WriteError::Stream)?;
@@ -266,7 +358,7 @@ mod tests {
     async fn saves_up_to_the_limit_and_leaves_no_part_file() {
         let dir = tempfile::tempdir().unwrap();
         let dest = dir.path().join("in").join("a.pdf");
-        assert!(part_path(&dest).ends_with("a.pdf.part"));
+        assert_eq!(part_name(OsStr::new("a.pdf")), "a.pdf.part");
         let chunks = |n: usize| futures_util::stream::iter(vec![Ok::<_, ()>(vec![7u8; 10]); n]);
         assert_eq!(save(chunks(3), &dest, 30).await.unwrap(), 30);
         assert_eq!(std::fs::read(&dest).unwrap(), vec![7u8; 30]);
@@ -295,6 +387,61 @@ mod tests {
         );
         assert!(cut.await.is_err());
         assert_eq!(listing(), ["a.pdf"]);
+    }
+
+    /// What a chat member with `exec` can plant in the inbox (names are predictable: the
+    /// update id and the file's id): a link at the part file's name, at the file's own
+    /// name, or at the inbox itself. Nothing is written through any of them.
+    #[tokio::test]
+    async fn links_planted_in_the_inbox_are_not_written_through() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let (ws, victim) = (dir.path().join("ws"), dir.path().join("victim"));
+        std::fs::create_dir_all(ws.join("inbox")).unwrap();
+        std::fs::create_dir(&victim).unwrap();
+        let keys = victim.join("authorized_keys");
+        std::fs::write(&keys, "ssh-ed25519 OWNER").unwrap();
+        let upload = || futures_util::stream::iter(vec![Ok::<_, ()>(b"ssh-ed25519 EVE".to_vec())]);
+
+        let first = ws.join("inbox/tg-1-UNIQ2-k.txt");
+        symlink(&keys, ws.join("inbox/tg-1-UNIQ2-k.txt.part")).unwrap();
+        assert_eq!(save(upload(), &first, 100).await.unwrap(), 15);
+        let second = ws.join("inbox/tg-2-UNIQ2-k.txt");
+        symlink(&keys, &second).unwrap();
+        assert_eq!(save(upload(), &second, 100).await.unwrap(), 15);
+        assert_eq!(std::fs::read_to_string(&keys).unwrap(), "ssh-ed25519 OWNER");
+        for saved in [&first, &second] {
+            assert!(saved.symlink_metadata().unwrap().is_file(), "{saved:?}");
+            assert_eq!(std::fs::read(saved).unwrap(), b"ssh-ed25519 EVE");
+        }
+
+        // The inbox itself a link out, then a file: refused with a clear error.
+        std::fs::rename(ws.join("inbox"), ws.join("inbox.old")).unwrap();
+        symlink(&victim, ws.join("inbox")).unwrap();
+        let third = ws.join("inbox/tg-3-UNIQ2-k.txt");
+        let got = save(upload(), &third, 100).await;
+        assert!(
+            matches!(&got, Err(WriteError::Io(e)) if e.to_string().contains("the inbox is a link")),
+            "{got:?}"
+        );
+        std::fs::remove_file(ws.join("inbox")).unwrap();
+        std::fs::write(ws.join("inbox"), "").unwrap();
+        let got = save(upload(), &third, 100).await;
+        assert!(
+            matches!(&got, Err(WriteError::Io(e)) if e.to_string().contains("not a folder")),
+            "{got:?}"
+        );
+        let in_victim: Vec<_> = std::fs::read_dir(&victim)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(in_victim, ["authorized_keys"]);
+        assert_eq!(std::fs::read_to_string(&keys).unwrap(), "ssh-ed25519 OWNER");
+
+        // A missing inbox is made, as a folder.
+        std::fs::remove_file(ws.join("inbox")).unwrap();
+        assert_eq!(save(upload(), &third, 100).await.unwrap(), 15);
+        assert!(ws.join("inbox").symlink_metadata().unwrap().is_dir());
     }
 
     #[tokio::test]

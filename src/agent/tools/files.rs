@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::paths::{Access, display, open, resolve};
+use super::paths::{Access, display, make_parents, open, resolve};
 use crate::agent::tool::{Tool, ToolContext, ToolError};
 
 /// Largest file `read_file` returns whole, in bytes.
@@ -129,11 +129,7 @@ impl Tool for WriteFile {
         let path = arg(&args, "path");
         let content = arg(&args, "content");
         let real = resolve(ctx, path)?;
-        if let Some(parent) = real.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_err(path, e))?;
-        }
+        make_parents(ctx, path, &real)?;
         // Re-check after creating folders: a folder may have been a symlink.
         let real = resolve(ctx, path)?;
         if let Ok(meta) = tokio::fs::metadata(&real).await {

@@ -60,6 +60,72 @@ pub fn resolve(ctx: &ToolContext, path: &str) -> Result<PathBuf, ToolError> {
     }
 }
 
+/// Create the folders above `real` (from [`resolve`]) that are missing. With
+/// `agent.restrict_to_workspace`, one at a time from the workspace's folder, each made
+/// (`mkdirat`) and opened (`openat`, `O_NOFOLLOW`) by its name in the one before: a folder
+/// on the way swapped for a link after [`resolve`] looked (by a command `exec` left
+/// running) is refused, never followed, so no folder is made outside the workspace.
+pub fn make_parents(ctx: &ToolContext, path: &str, real: &Path) -> Result<(), ToolError> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    use rustix::io::Errno;
+    let Some(parent) = real.parent() else {
+        return Ok(());
+    };
+    let failed = |e: std::io::Error| ToolError::Failed(format!("{path}: {e}"));
+    if !ctx.restrict_to_workspace {
+        return std::fs::create_dir_all(parent).map_err(failed);
+    }
+    // What `mkdir -p` by path refuses: made one at a time, the folders could go deeper than
+    // any path the system opens (thousands of them, for nothing).
+    if parent.as_os_str().len() >= libc::PATH_MAX as usize {
+        return Err(failed(Errno::NAMETOOLONG.into()));
+    }
+    let root = ctx.workspace.canonicalize().map_err(failed)?;
+    let rel = parent.strip_prefix(&root).map_err(|_| refused(path))?;
+    let folder = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut dir = rustix::fs::open(&root, folder, Mode::empty()).map_err(|e| failed(e.into()))?;
+    let mut walked = PathBuf::new();
+    for part in rel.components() {
+        let Component::Normal(name) = part else {
+            return Err(refused(path));
+        };
+        walked.push(name);
+        let open = || rustix::fs::openat(&dir, name, folder | OFlags::NOFOLLOW, Mode::empty());
+        let opened = match open() {
+            Err(Errno::NOENT) => {
+                match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o777)) {
+                    Ok(()) | Err(Errno::EXIST) => open(),
+                    Err(e) => Err(e),
+                }
+            }
+            opened => opened,
+        };
+        let err = match opened {
+            Ok(next) => {
+                dir = next;
+                continue;
+            }
+            Err(e) => e,
+        };
+        let shown = walked.display();
+        return Err(
+            match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                    ToolError::Refused(format!(
+                        "{path}: {shown} is a link (made while the folders were created), \
+                         not followed: it may lead outside the workspace"
+                    ))
+                }
+                Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Directory => {
+                    ToolError::Failed(format!("{path}: {shown} is not a folder"))
+                }
+                _ => failed(err.into()),
+            },
+        );
+    }
+    Ok(())
+}
+
 /// How [`open`] opens a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -196,6 +262,54 @@ mod tests {
     use super::*;
     use std::io::Read;
 
+    fn confined(ws: &Path) -> ToolContext {
+        ToolContext {
+            key: "test:1".parse().unwrap(),
+            sender_is_owner: false,
+            workspace: ws.to_path_buf(),
+            restrict_to_workspace: true,
+            cancel: Default::default(),
+            set_by: Vec::new(),
+        }
+    }
+
+    /// `write_file race/b8/c/f.txt` while a command swaps `race` between a folder and a
+    /// link out: [`resolve`] saw the folder, the link is there when the folders are made.
+    /// None is made outside; with the folder back, they are made inside.
+    #[test]
+    fn folders_are_not_made_through_a_link_swapped_in_after_the_check() {
+        let root = tempfile::tempdir().unwrap();
+        let (ws, outside) = (root.path().join("ws"), root.path().join("outside"));
+        std::fs::create_dir_all(ws.join("race")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let ctx = confined(&ws);
+        let path = "race/b8/c/f.txt";
+        let real = resolve(&ctx, path).unwrap();
+        std::fs::rename(ws.join("race"), ws.join("race.old")).unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("race")).unwrap();
+        let got = make_parents(&ctx, path, &real);
+        assert!(
+            matches!(&got, Err(ToolError::Refused(m)) if m.contains("race is a link")),
+            "{got:?}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "made outside"
+        );
+        std::fs::remove_file(ws.join("race")).unwrap();
+        std::fs::rename(ws.join("race.old"), ws.join("race")).unwrap();
+        make_parents(&ctx, path, &real).unwrap();
+        assert!(ws.join("race/b8/c").is_dir());
+        std::fs::write(ws.join("race/b8/file"), "").unwrap();
+        let in_a_file = resolve(&ctx, "race/b8/file/g/f.txt").unwrap();
+        let got = make_parents(&ctx, "race/b8/file/g/f.txt", &in_a_file);
+        assert!(
+            matches!(&got, Err(ToolError::Failed(m)) if m.contains("race/b8/file is not a folder")),
+            "{got:?}"
+        );
+    }
+
     /// A folder checked by [`resolve`] and then swapped for a link out of the workspace
     /// before the open: the open refuses, for reading and for writing.
     #[test]
@@ -206,14 +320,7 @@ mod tests {
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(ws.join("d/f.txt"), "inside").unwrap();
         std::fs::write(outside.join("f.txt"), "outside").unwrap();
-        let ctx = ToolContext {
-            key: "test:1".parse().unwrap(),
-            sender_is_owner: false,
-            workspace: ws.clone(),
-            restrict_to_workspace: true,
-            cancel: Default::default(),
-            set_by: Vec::new(),
-        };
+        let ctx = confined(&ws);
         let (read, new) = (
             resolve(&ctx, "d/f.txt").unwrap(),
             resolve(&ctx, "d/new.txt").unwrap(),
