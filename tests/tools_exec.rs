@@ -18,6 +18,7 @@ fn ctx(dir: &std::path::Path) -> ToolContext {
         restrict_to_workspace: true,
         cancel: CancellationToken::new(),
         set_by: Vec::new(),
+        chain: Default::default(),
     }
 }
 

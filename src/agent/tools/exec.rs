@@ -332,6 +332,7 @@ mod tests {
             restrict_to_workspace: true,
             cancel: CancellationToken::new(),
             set_by: Vec::new(),
+            chain: Default::default(),
         };
         let args = json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 120});
         let pid_file = dir.path().join("pid");

@@ -213,6 +213,7 @@ mod tests {
             restrict_to_workspace: true,
             cancel: Default::default(),
             set_by: Vec::new(),
+            chain: Default::default(),
         };
         let (read, new) = (
             resolve(&ctx, "d/f.txt").unwrap(),
