@@ -330,7 +330,7 @@ async fn runs_are_held_to_once_a_minute_and_never_asked_for_by_their_own_run() {
     // The turn the run leads to carries the job in its chain.
     let (msg, _) = rig.handler.received().remove(3);
     let chain = switchboard::chain::Chain::of(&[msg]);
-    assert_eq!(chain.jobs, [id.clone()]);
+    assert_eq!(chain.jobs, std::slice::from_ref(&id));
     for who in [owner, member] {
         let from_run = ToolContext {
             chain: chain.clone(),

@@ -187,7 +187,7 @@ impl Tool for Exec {
         "exec"
     }
     fn description(&self) -> &'static str {
-        "Run a shell command in the workspace folder and return its exit code and output. Destructive commands are refused."
+        "Run a shell command in the workspace folder and return its exit code and output. Whatever it starts ends with it (nothing keeps running in the background). Destructive commands are refused."
     }
     fn schema(&self) -> Value {
         json!({"type": "object", "required": ["command"],

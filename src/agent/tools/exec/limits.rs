@@ -124,7 +124,10 @@ fn memory_bytes() -> u64 {
         if libc::sysinfo(&mut info) != 0 {
             return 0;
         }
-        u64::from(info.totalram).saturating_mul(u64::from(info.mem_unit))
+        // `totalram` is a C long: 32 bits on a 32-bit Raspberry Pi OS.
+        #[allow(clippy::useless_conversion)]
+        let total = u64::from(info.totalram);
+        total.saturating_mul(u64::from(info.mem_unit))
     }
 }
 

@@ -22,7 +22,11 @@
 //! `CAP_DAC_OVERRIDE` would pass by every file's permissions, `CAP_SYS_PTRACE` read the
 //! gateway's environment through `/proc`, and none can be regained at exec. A root gateway
 //! whose workspace another user owns runs its commands as that user ([`run_as`]), who can
-//! write there.
+//! write there. Otherwise a root gateway's commands are still uid 0, the owner of root's
+//! files: one within their rules (in `/tmp`, `/opt`…) is theirs to read whatever its mode,
+//! and they may `chmod` root's files, which Landlock does not govern (a command could make
+//! a file of `/etc` public for the next call's rules). A private mount namespace with the
+//! system's folders read-only would close that; it is not done here.
 //!
 //! Landlock is Linux's unprivileged sandbox (5.13 and later, when enabled). Where it is
 //! missing, commands run unconfined and the gateway says so once in its log.
