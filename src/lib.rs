@@ -8,6 +8,7 @@
 //! - [`agent`] turns messages into replies with an [`llm`] provider and tools.
 //! - Replies go back through the bus's durable outbox to the channel that owns the key.
 //! - [`scheduler`] (cron jobs, heartbeat) publishes `System` messages onto the bus.
+//! - [`chain`] follows turns that started turns (job runs, sub-agent results), so they stop.
 //! - [`http`] serves health, readiness, [`metrics`], the OpenAI-compatible `api` channel,
 //!   the Slack Events API and the loopback admin API used by the [`cli`].
 //! - [`config`] loads and validates `config.toml`; [`gateway`] wires it all together.
@@ -17,6 +18,7 @@ pub mod access;
 pub mod agent;
 pub mod backoff;
 pub mod bus;
+pub mod chain;
 pub mod channels;
 pub mod cli;
 pub mod config;

@@ -239,6 +239,52 @@ async fn subagent_result_reaches_the_parent_chat_and_it_cannot_spawn_or_message(
     }));
 }
 
+/// A sub-agent's result may start a follow-up, but the chain stops there: a task that says
+/// "spawn this task" had every result's turn spawn again (~25 model calls a second).
+#[tokio::test]
+async fn a_chain_of_sub_agents_through_their_results_stops() {
+    let h = Harness::new().await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let publisher = Arc::new(RecordingPublisher {
+        known: vec![key()],
+        ..Default::default()
+    });
+    *publisher.tx.lock().unwrap() = Some(tx);
+    let agent = h.agent().with_publisher(publisher);
+    // The chat's turns spawn the task; the sub-agent answers that it says to spawn itself.
+    h.llm.set_responder(|body| {
+        let all = messages(body);
+        let last = all.last().cloned().unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or_default();
+        if last["role"] == "tool" {
+            Reply::text("ok")
+        } else if text == "start" || text.starts_with("[sub-agent") {
+            Reply::tool_call("spawn", json!({"task": "spawn this very task again"}))
+        } else {
+            Reply::text("The task says: spawn this very task again.")
+        }
+    });
+    let mut next = msg("t:1", "start");
+    for depth in 1..=2 {
+        turn(&agent, &h.store, next).await;
+        let last = h.llm.requests().last().unwrap().body.clone();
+        assert!(tool_results(&last).last().unwrap().contains("started"));
+        next = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(next.metadata["chain"], json!({"spawns": depth}));
+    }
+    // The second result's turn is refused; nothing more runs.
+    let requests = h.llm.request_count();
+    turn(&agent, &h.store, next).await;
+    let last = h.llm.requests().last().unwrap().body.clone();
+    let result = tool_results(&last).last().unwrap().clone();
+    assert!(result.contains("may not start one more"), "{result}");
+    assert_eq!(h.llm.request_count(), requests + 2);
+    assert!(rx.try_recv().is_err());
+}
+
 #[tokio::test]
 async fn message_tool_sends_only_to_known_chats_unless_owner() {
     let h = Harness::new().await;

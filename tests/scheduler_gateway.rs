@@ -275,6 +275,76 @@ async fn an_api_caller_sets_reminders_for_its_chat_as_a_member_and_they_are_kept
     running.stopped().await;
 }
 
+/// A job whose run asks for the job to run again (`cron run` from its own turn) no longer
+/// loops: the run's turn is refused, once, and no further run or model call follows. (It
+/// made ~19 model calls a second until the owner removed the job.)
+#[tokio::test]
+async fn a_job_cannot_run_itself_from_its_own_run() {
+    use switchboard::scheduler::{NewJob, ScheduleSpec};
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let key: ChatKey = "api:ops".parse().unwrap();
+    let new = NewJob::new(
+        key.clone(),
+        "LOOP: run this job again now with the cron tool",
+        ScheduleSpec::At("in 1d".into()),
+        "chat:api:ops",
+    );
+    let id = running.shared.scheduler.add(new).await.unwrap().id;
+    // The model does what each message says, as a model taking a job's words at face value.
+    let job = id.clone();
+    llm.set_responder(move |body| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().cloned().unwrap_or_default();
+        if last["role"] == "tool" {
+            return Reply::text("done");
+        }
+        let text = last["content"].as_str().unwrap_or_default();
+        if text.contains("LOOP") || text.contains("run the job") {
+            Reply::tool_call("cron", serde_json::json!({"action": "run", "id": job}))
+        } else {
+            Reply::text("nothing to do")
+        }
+    });
+    // A member who is not the owner runs it once.
+    let reply = common::ask(&common::base(&running), "ops", "please run the job").await;
+    assert_eq!(common::reply_text(&reply), "done");
+    let refused = llm
+        .wait_for_request(|r| r.body.to_string().contains("cannot run itself"), WAIT)
+        .await
+        .expect("the run's turn is refused");
+    assert!(
+        refused.last_user_text().contains("LOOP"),
+        "{:?}",
+        refused.body
+    );
+    // A message after it is answered after anything the run could have queued before it.
+    let reply = common::ask(&common::base(&running), "ops", "status?").await;
+    assert_eq!(common::reply_text(&reply), "nothing to do");
+    let runs_turns = llm
+        .requests()
+        .iter()
+        .filter(|r| r.last_user_text().contains("LOOP"))
+        .count();
+    // The run's turn: the call that asked to run, the one after the refusal.
+    assert_eq!(runs_turns, 2);
+    assert_eq!(llm.request_count(), 5);
+    assert_eq!(
+        running
+            .shared
+            .scheduler
+            .get(&id)
+            .unwrap()
+            .unwrap()
+            .runs
+            .len(),
+        1
+    );
+    shutdown.cancel();
+    running.stopped().await;
+}
+
 /// `cron list` says why a job's last run did not go: here its setter lost access.
 #[tokio::test]
 async fn cron_list_says_why_a_last_run_was_skipped() {

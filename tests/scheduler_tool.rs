@@ -24,6 +24,7 @@ fn ctx(key: ChatKey, owner: bool) -> ToolContext {
         restrict_to_workspace: true,
         cancel: CancellationToken::new(),
         set_by: Vec::new(),
+        chain: Default::default(),
     }
 }
 
@@ -291,6 +292,68 @@ async fn jobs_set_by_others_than_the_owner_run_at_most_once_a_minute_and_20_a_ch
     ))
     .await;
     assert_eq!(rig.scheduler.list(Some(&key())).len(), 23);
+    rig.stop().await;
+}
+
+/// `cron run` holds a member to once a minute per job (it had no limit); not the owner. No
+/// one runs a job from a turn its own run led to (owner or not: a job whose message says
+/// "run this job" looped at ~19 model calls a second), and a job set from such a turn first
+/// runs a minute ahead at the earliest (else each run could set the next a second later).
+#[tokio::test(start_paused = true)]
+async fn runs_are_held_to_once_a_minute_and_never_asked_for_by_their_own_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rig, tool) = tool_rig(dir.path()).await;
+    let member = ctx(key(), false);
+    let add = json!({"action": "add", "message": "stretch", "every": "1h"});
+    let added: Value = serde_json::from_str(&tool.call(add, &member).await.unwrap()).unwrap();
+    let id = added["added"]["id"].as_str().unwrap().to_string();
+    let run = |c: ToolContext| {
+        let args = json!({"action": "run", "id": id});
+        let tool = &tool;
+        async move { tool.call(args, &c).await }
+    };
+    run(member.clone()).await.unwrap();
+    let e = run(member.clone()).await.unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Refused(m) if m.contains("at most once a minute") && m.contains("in 60s")),
+        "{e:?}"
+    );
+    tokio::time::advance(Duration::from_secs(61)).await;
+    run(member.clone()).await.unwrap();
+    let owner = ctx(key(), true);
+    // (A moment apart: runs in the same millisecond share a message id.)
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_millis(10)).await;
+        run(owner.clone()).await.unwrap();
+    }
+    assert!(rig.handler.wait_for(4, Duration::from_secs(10)).await);
+    // The turn the run leads to carries the job in its chain.
+    let (msg, _) = rig.handler.received().remove(3);
+    let chain = switchboard::chain::Chain::of(&[msg]);
+    assert_eq!(chain.jobs, std::slice::from_ref(&id));
+    for who in [owner, member] {
+        let from_run = ToolContext {
+            chain: chain.clone(),
+            ..who
+        };
+        let e = run(from_run.clone()).await.unwrap_err();
+        assert!(
+            matches!(&e, ToolError::Refused(m) if m.contains("cannot run itself")),
+            "{e:?}"
+        );
+        if from_run.sender_is_owner {
+            continue;
+        }
+        let soon = json!({"action": "add", "message": "again", "at": "in 10s"});
+        let e = tool.call(soon, &from_run).await.unwrap_err();
+        assert!(
+            matches!(&e, ToolError::Refused(m) if m.contains("60s from now at the earliest")),
+            "{e:?}"
+        );
+        let later = json!({"action": "add", "message": "again", "at": "in 2m"});
+        tool.call(later, &from_run).await.unwrap();
+    }
+    assert_eq!(rig.scheduler.get(&id).unwrap().unwrap().runs.len(), 4);
     rig.stop().await;
 }
 

@@ -18,6 +18,7 @@ fn ctx(dir: &std::path::Path) -> ToolContext {
         restrict_to_workspace: true,
         cancel: CancellationToken::new(),
         set_by: Vec::new(),
+        chain: Default::default(),
     }
 }
 
@@ -93,13 +94,13 @@ async fn the_gateway_environment_cannot_be_read_through_proc() {
     );
 }
 
-/// A command holds no capability (a root gateway's keep only reaching files another user
-/// owns), none can be regained at exec, and from Landlock ABI 6 it cannot signal the
-/// gateway (`kill $PPID`).
+/// A command holds no capability, run by root too (`CAP_DAC_OVERRIDE` would read any file),
+/// none can be regained at exec, and from Landlock ABI 6 it cannot signal the gateway
+/// (`kill $PPID`).
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn commands_hold_no_capability_and_cannot_signal_the_gateway() {
-    use switchboard::agent::tools::exec::sandbox::{ROOT_KEEPS, abi};
+    use switchboard::agent::tools::exec::sandbox::abi;
     let dir = tempfile::tempdir().unwrap();
     let out = exec(
         dir.path(),
@@ -115,7 +116,7 @@ async fn commands_hold_no_capability_and_cannot_signal_the_gateway() {
             .to_string()
     };
     let root = rustix::process::geteuid().is_root();
-    let held = format!("{:016x}", if root { ROOT_KEEPS } else { 0 });
+    let held = "0000000000000000";
     for name in ["CapPrm:", "CapEff:"] {
         assert_eq!(field(name), held, "{out}");
     }
@@ -140,6 +141,210 @@ async fn commands_hold_no_capability_and_cannot_signal_the_gateway() {
     } else {
         eprintln!("Landlock ABI {} (< 6): signals are not scoped here", abi());
     }
+}
+
+/// No disk is readable or writable through `/dev` (root's commands could read the data dir
+/// and `/root/.ssh` off the raw blocks, and write them); the devices commands use still work.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn disks_are_out_of_reach_and_the_usual_devices_work() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let out = exec(
+        dir.path(),
+        json!({"command": "head -c 4 /dev/urandom | wc -c; head -c 3 /dev/zero | wc -c; \
+                           echo gone > /dev/null && echo null; echo err > /dev/stderr; \
+                           ls /dev | grep -qx null && echo listed"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out,
+        "exit code: 0\nstdout:\n4\n3\nnull\nlisted\n\nstderr:\nerr\n"
+    );
+    // This machine's disks (`/dev/vda`, `/dev/sda`, `/dev/loop0`…), named in a file: the
+    // deny list refuses writes to such names, the sandbox is what is tested here.
+    let disks: Vec<String> = std::fs::read_dir("/dev")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.file_type().is_block_device()))
+        .map(|e| e.path().display().to_string())
+        .take(8)
+        .collect();
+    if disks.is_empty() {
+        eprintln!("no block device under /dev here: only the usual devices were checked");
+        return;
+    }
+    std::fs::write(dir.path().join("disks"), disks.join("\n")).unwrap();
+    // Opened for writing, nothing written (`: >>`): harmless should the sandbox fail.
+    let out = exec(
+        dir.path(),
+        json!({"command": "for d in $(cat disks); do \
+                             head -c 512 \"$d\" > /dev/null 2>&1 && echo \"read $d\"; \
+                             ( : >> \"$d\" ) 2>/dev/null && echo \"opened $d\"; \
+                           done; echo checked"}),
+    )
+    .await
+    .unwrap();
+    if switchboard::agent::tools::exec::sandbox::abi() >= 1 {
+        assert_eq!(out, "exit code: 0\nstdout:\nchecked\n", "{disks:?}");
+    } else {
+        eprintln!("no Landlock on this kernel: disks are not confined ({out})");
+    }
+}
+
+/// What root alone may read is refused to a root gateway's commands: a file another user
+/// keeps to themselves (`CAP_DAC_OVERRIDE` read it), and the files of `/etc` others may not
+/// read, such as `/etc/shadow` (0640 root:shadow: root reads it as its owner, capability or
+/// not) or a service's 0600 environment file.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn files_only_root_may_read_are_refused_to_its_commands() {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("not root: these files are out of this user's reach anyway");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir(&workspace).unwrap();
+    // In /var/tmp, where commands may read and write; owned by nobody, for their eyes only.
+    let scratch = tempfile::tempdir_in("/var/tmp").unwrap();
+    let theirs = scratch.path().join("theirs.txt");
+    std::fs::write(&theirs, "nobody-secret\n").unwrap();
+    std::fs::set_permissions(&theirs, PermissionsExt::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    // A root-owned 0600 file in /etc, removed when the test ends.
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let etc = Remove(format!("/etc/switchboard-test-{}.env", std::process::id()).into());
+    std::fs::write(&etc.0, "ROOT_ONLY=etc-secret\n").unwrap();
+    std::fs::set_permissions(&etc.0, PermissionsExt::from_mode(0o600)).unwrap();
+    let shadow = std::path::Path::new("/etc/shadow").exists();
+    let command = format!(
+        "cat {} {} {} 2>&1; head -c 10 /etc/passwd; echo",
+        theirs.display(),
+        etc.0.display(),
+        if shadow { "/etc/shadow" } else { "" }
+    );
+    let out = exec(&workspace, json!({ "command": command }))
+        .await
+        .unwrap();
+    assert!(!out.contains("nobody-secret"), "{out}");
+    // The system's files others may read stay readable.
+    assert!(out.contains("root:x:0:0"), "{out}");
+    if switchboard::agent::tools::exec::sandbox::abi() >= 1 {
+        assert!(!out.contains("etc-secret"), "{out}");
+        assert!(!out.contains("root:$") && !out.contains("root:*:"), "{out}");
+        let refused = 2 + usize::from(shadow);
+        assert_eq!(out.matches("Permission denied").count(), refused, "{out}");
+    } else {
+        eprintln!("no Landlock on this kernel: root reads its own files in /etc");
+    }
+}
+
+/// A root gateway whose workspace another user owns runs its commands as that user: they
+/// can write there without `CAP_DAC_OVERRIDE`.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_root_gateway_runs_commands_as_the_owner_of_its_workspace() {
+    use std::os::unix::fs::MetadataExt;
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("not root: commands run as the gateway's own user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir(&workspace).unwrap();
+    std::os::unix::fs::chown(&workspace, Some(65534), Some(65534)).unwrap();
+    let out = exec(
+        &workspace,
+        json!({"command": "id -u; id -G; echo x > made"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, "exit code: 0\nstdout:\n65534\n65534\n");
+    assert_eq!(
+        std::fs::metadata(workspace.join("made")).unwrap().uid(),
+        65534
+    );
+}
+
+/// Nothing a command starts outlives the call: not what it leaves in the background, nor
+/// what daemonizes (a double fork, `nohup`) or leaves its process group and session
+/// (`setsid`). Gone, and reaped, when the call returns; and one that keeps the output open
+/// does not hold the call up.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn nothing_a_command_starts_outlives_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = "sleep 300 >/dev/null 2>&1 & echo $! > p1; \
+                   (sleep 300 >/dev/null 2>&1 & echo $! > p2); \
+                   nohup sh -c 'echo $$ > p3; while :; do sleep 1; done' >/dev/null 2>&1 & \
+                   setsid sh -c 'echo $$ > p4; exec sleep 300' >/dev/null 2>&1 & \
+                   setsid -f sh -c 'echo $$ > p5; exec sleep 300' >/dev/null 2>&1; \
+                   while [ ! -s p3 ] || [ ! -s p4 ] || [ ! -s p5 ]; do sleep 0.05; done; echo started";
+    let out = exec(dir.path(), json!({ "command": command }))
+        .await
+        .unwrap();
+    assert!(out.contains("started"), "{out}");
+    let gone = |p: &str| {
+        let pid = std::fs::read_to_string(dir.path().join(p)).unwrap();
+        let pid = pid.trim();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "{p} ({pid}) outlived the call"
+        );
+    };
+    for p in ["p1", "p2", "p3", "p4", "p5"] {
+        gone(p);
+    }
+    let started = Instant::now();
+    let out = exec(dir.path(), json!({"command": "sleep 300 & echo $! > p6"}))
+        .await
+        .unwrap();
+    assert_eq!(out, "exit code: 0");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    gone("p6");
+}
+
+/// Commands run within limits: processes (relative to what the user runs), file size,
+/// core dumps; and the out-of-memory killer picks them before the gateway.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn commands_run_within_resource_limits() {
+    use switchboard::agent::tools::exec::limits::{EXTRA_TASKS, MAX_FILE_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    let out = exec(
+        dir.path(),
+        json!({"command": "cat /proc/self/limits /proc/self/oom_score_adj"}),
+    )
+    .await
+    .unwrap();
+    let limit = |name: &str| -> (String, String) {
+        let line = out.lines().find(|l| l.starts_with(name)).unwrap();
+        let mut v = line[name.len()..].split_whitespace();
+        (v.next().unwrap().into(), v.next().unwrap().into())
+    };
+    let file = MAX_FILE_BYTES.to_string();
+    assert_eq!(limit("Max file size"), (file.clone(), file), "{out}");
+    assert_eq!(
+        limit("Max core file size"),
+        ("0".into(), "0".into()),
+        "{out}"
+    );
+    let (soft, hard) = limit("Max processes");
+    assert_eq!(soft, hard, "{out}");
+    let tasks: u64 = soft.parse().unwrap();
+    assert!(tasks > EXTRA_TASKS && tasks < 100_000, "{out}");
+    assert_ne!(limit("Max data size").0, "unlimited", "{out}");
+    assert!(out.trim_end().ends_with("\n1000"), "{out}");
 }
 
 /// A descriptor the gateway inherited without close-on-exec (from whatever started it) does
@@ -184,8 +389,11 @@ async fn output_is_capped_and_counted() {
 #[tokio::test]
 async fn a_timeout_ends_the_whole_process_group() {
     let dir = tempfile::tempdir().unwrap();
-    let args =
-        json!({"command": "sleep 60 & echo $! > pid; sh -c 'sleep 60' & wait", "timeout_secs": 1});
+    let args = json!({
+        "command": "setsid sh -c 'echo $$ > pid; exec sleep 60' & \
+                    while [ ! -s pid ]; do sleep 0.05; done; sh -c 'sleep 60' & wait",
+        "timeout_secs": 1
+    });
     let r = exec(dir.path(), args).await;
     assert_eq!(
         r,

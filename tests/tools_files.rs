@@ -48,6 +48,7 @@ impl Ws {
             restrict_to_workspace: self.restrict,
             cancel: CancellationToken::new(),
             set_by: Vec::new(),
+            chain: Default::default(),
         };
         reg.call(tool, &args.to_string(), &ctx, Duration::from_secs(5))
             .await

@@ -20,6 +20,7 @@ async fn fetch(tool: WebFetch, url: &str) -> Result<String, ToolError> {
         restrict_to_workspace: true,
         cancel: CancellationToken::new(),
         set_by: Vec::new(),
+        chain: Default::default(),
     };
     Registry::new(vec![Arc::new(tool)])
         .call(

@@ -24,6 +24,9 @@ pub struct ToolContext {
     /// Who the turn acts for ([`crate::access::setters`]): a job the `cron` tool adds
     /// records them, and fires only while they still have access.
     pub set_by: Vec<crate::access::Setter>,
+    /// The job runs and sub-agent results that led to the turn: `cron run` and `spawn`
+    /// refuse to go on a loop.
+    pub chain: crate::chain::Chain,
 }
 
 /// A tool failed; the message goes back to the model as the tool result.

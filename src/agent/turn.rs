@@ -134,6 +134,7 @@ impl Agent {
             restrict_to_workspace: self.config.agent.restrict_to_workspace,
             cancel: turn.cancel.clone(),
             set_by: crate::access::setters(&turn.messages),
+            chain: crate::chain::Chain::of(&turn.messages),
         };
         // A turn the gateway stopped during goes on from where it was.
         let found = resume::find(self.store.as_ref(), key, &turn.messages).unwrap_or_else(|e| {

@@ -11,9 +11,10 @@ use tokio_util::task::TaskTracker;
 
 use super::clock::Clock;
 use super::index;
-use super::job::{Job, NewJob};
+use super::job::{Job, NewJob, Outcome};
 use super::schedule::{Schedule, ScheduleError, next_after, parse_tz};
 use crate::bus::Bus;
+use crate::chain::Chain;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::{Batch, Store, StoreError, Tree};
@@ -21,20 +22,34 @@ use crate::store::{Batch, Store, StoreError, Tree};
 /// Longest message a job may carry.
 const MAX_MESSAGE_CHARS: usize = 4_000;
 
-/// Limits on jobs set by someone other than the owner (through the `cron` tool): without
-/// them one chat member could have the gateway call the model every second, or pile up
-/// jobs without end. Such a job also runs at most once a minute. The owner, the CLI and the
-/// admin API are not limited.
+/// Limits on jobs set or run by someone other than the owner (through the `cron` tool):
+/// without them one chat member could have the gateway call the model every second, or
+/// pile up jobs without end. Such a job runs at most once a minute, by its schedule or by
+/// `cron run`. The owner, the CLI and the admin API are not limited. (A turn a job's run or a
+/// sub-agent's result started is never the owner's.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Enabled jobs a chat may hold for a new one to be accepted.
     pub max_jobs_per_chat: usize,
+    /// Least time between two runs of a job run now ([`Scheduler::run_from`]); a schedule
+    /// that runs more often than once a minute is refused when it is set.
+    pub min_interval: std::time::Duration,
+    /// Least time from now to a new job's first run.
+    pub min_lead: std::time::Duration,
 }
 
 impl Limits {
-    /// What a chat member who is not the owner may set.
+    /// What a chat member who is not the owner may set and run.
     pub const MEMBER: Limits = Limits {
         max_jobs_per_chat: 20,
+        min_interval: std::time::Duration::from_secs(60),
+        min_lead: std::time::Duration::ZERO,
+    };
+    /// For a job set from a turn a job's run or a sub-agent's result started: its first
+    /// run a minute away at the least, or each run could set the next one a second later.
+    pub const CHAINED: Limits = Limits {
+        min_lead: std::time::Duration::from_secs(60),
+        ..Limits::MEMBER
     };
 }
 
@@ -48,6 +63,8 @@ pub struct Scheduler {
     pub(super) clock: Arc<dyn Clock>,
     /// Wakes the firing loop when jobs change.
     pub(super) wake: Notify,
+    /// Serialises the runs asked for within [`Limits`], so two cannot both pass the check.
+    pub(super) limited_runs: tokio::sync::Mutex<()>,
     /// Serialises read-modify-write of stored jobs (the API and the firing loop), so a job
     /// removed or added meanwhile is never overwritten by a stale copy.
     pub(super) writes: tokio::sync::Mutex<()>,
@@ -81,6 +98,7 @@ impl Scheduler {
             metrics,
             clock,
             wake: Notify::new(),
+            limited_runs: tokio::sync::Mutex::new(()),
             writes: tokio::sync::Mutex::new(()),
             tracker: Mutex::new(None),
         })
@@ -216,6 +234,10 @@ impl Scheduler {
             return Err(ScheduleError::TooFrequent(schedule.describe(tz)));
         }
         let next_run = next_after(&schedule, tz, now);
+        let lead = limits.map_or(std::time::Duration::ZERO, |l| l.min_lead);
+        if next_run.is_some_and(|t| (t - now).to_std().unwrap_or_default() < lead) {
+            return Err(ScheduleError::TooSoon(lead.as_secs()));
+        }
         let job = Job {
             id: format!("j{}", base36(self.store.next_id()?)),
             key: new.key,
@@ -327,10 +349,42 @@ impl Scheduler {
     /// Fire a job now, outside its schedule (which stays as it is). Without a gateway
     /// (the CLI on the store), the run is queued for the next gateway's start.
     pub async fn run_now(&self, id: &str) -> Result<(), ScheduleError> {
+        self.run_from(id, &Chain::default(), None).await
+    }
+
+    /// [`Self::run_now`] asked for by a turn that `chain` led to (the `cron` tool), which
+    /// the run's turn carries on; within `limits` (not the owner), refused while the job ran
+    /// (by its schedule or so) less than [`Limits::min_interval`] ago.
+    pub async fn run_from(
+        &self,
+        id: &str,
+        chain: &Chain,
+        limits: Option<Limits>,
+    ) -> Result<(), ScheduleError> {
+        let _one = match limits {
+            Some(_) => Some(self.limited_runs.lock().await),
+            None => None,
+        };
         let job = self
             .get(id)?
             .ok_or_else(|| ScheduleError::NotFound(id.to_string()))?;
-        self.fire_now(job).await
+        if let Some(limits) = limits {
+            let last = job
+                .runs
+                .iter()
+                .filter(|r| r.outcome != Outcome::Skipped)
+                .map(|r| r.at)
+                .max();
+            let since = last.map(|at| (self.clock.now() - at).to_std().unwrap_or_default());
+            if let Some(since) = since.filter(|s| *s < limits.min_interval) {
+                let wait = (limits.min_interval - since).as_secs().max(1);
+                return Err(ScheduleError::RanRecently {
+                    id: id.to_string(),
+                    wait_secs: wait,
+                });
+            }
+        }
+        self.fire_now(job, chain).await
     }
 
     /// Move the jobs of chat `from` to chat `to` (the chat got a new key for good); returns

@@ -19,6 +19,7 @@ use super::index;
 use super::job::{CatchUp, Delivery, Job, Outcome, Run};
 use super::schedule::{ScheduleError, next_after};
 use crate::bus::BusError;
+use crate::chain::Chain;
 use crate::store::Batch;
 
 /// Longest single sleep, so a wall-clock jump (NTP, suspend) is noticed within a minute.
@@ -276,8 +277,10 @@ impl Scheduler {
         job: &Job,
         message_id: String,
         now: DateTime<Utc>,
+        chain: &Chain,
     ) -> Result<Option<String>, Stop> {
-        let msg = inbound(job, message_id, None, now);
+        let mut msg = inbound(job, message_id, None, now);
+        chain.stamp(&mut msg);
         let Some(bus) = &self.bus else {
             // No gateway (the CLI on the store): the next one's start-up runs it.
             return Ok(crate::bus::publish_offline(self.store.as_ref(), msg)
@@ -344,13 +347,14 @@ impl Scheduler {
 
     /// `run_now`: fire outside the schedule; the run is recorded, the schedule untouched.
     /// Without a gateway the message (or a direct job's reply) is only stored, for the next
-    /// gateway to run (or deliver) when it starts.
-    pub(super) async fn fire_now(&self, job: Job) -> Result<(), ScheduleError> {
+    /// gateway to run (or deliver) when it starts. The message carries `chain`, what led
+    /// to the turn that asked for the run.
+    pub(super) async fn fire_now(&self, job: Job, chain: &Chain) -> Result<(), ScheduleError> {
         let now = self.clock.now();
         let error = match job.delivery {
             Delivery::Agent => {
                 let id = format!("cron:{}:now:{}", job.id, now.timestamp_millis());
-                self.publish(&job, id, now)
+                self.publish(&job, id, now, chain)
                     .await
                     .map_err(|_| ScheduleError::Stopping)?
             }

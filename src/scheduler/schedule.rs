@@ -79,6 +79,16 @@ pub enum ScheduleError {
          first (action \"list\" shows their ids), or ask the owner to set it"
     )]
     TooManyJobs(usize),
+    #[error(
+        "job {id} ran less than a minute ago, and a job run for someone other than the owner \
+         runs at most once a minute: run it again in {wait_secs}s"
+    )]
+    RanRecently { id: String, wait_secs: u64 },
+    #[error(
+        "this turn comes from a job's run or a sub-agent's result, and a job set from there \
+         first runs {0}s from now at the earliest: give a later time"
+    )]
+    TooSoon(u64),
     #[error("unknown timezone {tz:?}{hint}: use an IANA name like \"Europe/Berlin\"")]
     UnknownTimezone { tz: String, hint: String },
     #[error(

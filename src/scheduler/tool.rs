@@ -1,6 +1,7 @@
 //! The `cron` tool: the agent adds, lists, removes and runs reminders and cron jobs. Jobs
 //! target the current chat; only the owner may see or touch other chats' jobs, and jobs set
-//! by anyone else are held to [`Limits::MEMBER`].
+//! or run by anyone else are held to [`Limits::MEMBER`] ([`Limits::CHAINED`] from a turn a
+//! job's run or a sub-agent's result started). No turn may run a job whose run led to it.
 
 use std::sync::Arc;
 
@@ -47,7 +48,10 @@ fn job_json(job: &Job) -> Value {
 fn failed(e: ScheduleError) -> ToolError {
     if matches!(
         e,
-        ScheduleError::TooFrequent(_) | ScheduleError::TooManyJobs(_)
+        ScheduleError::TooFrequent(_)
+            | ScheduleError::TooManyJobs(_)
+            | ScheduleError::RanRecently { .. }
+            | ScheduleError::TooSoon(_)
     ) {
         ToolError::Refused(e.to_string())
     } else if e.is_user_error() {
@@ -119,8 +123,10 @@ impl CronTool {
         };
         let added = if ctx.sender_is_owner {
             self.scheduler.add(new).await
-        } else {
+        } else if ctx.chain.is_empty() {
             self.scheduler.add_limited(new, Limits::MEMBER).await
+        } else {
+            self.scheduler.add_limited(new, Limits::CHAINED).await
         };
         let job = added.map_err(failed)?;
         let mut result = json!({"added": job_json(&job)});
@@ -203,7 +209,16 @@ impl Tool for CronTool {
             }
             Some("run") => {
                 let job = self.visible_job(&args, ctx)?;
-                self.scheduler.run_now(&job.id).await.map_err(failed)?;
+                // For everyone: a job's run cannot run that job again, directly or through
+                // other jobs' runs (it would go on for ever, a model call each time).
+                if let Some(why) = ctx.chain.refuses_run(&job.id) {
+                    return Err(ToolError::Refused(why));
+                }
+                let limits = (!ctx.sender_is_owner).then_some(Limits::MEMBER);
+                self.scheduler
+                    .run_from(&job.id, &ctx.chain, limits)
+                    .await
+                    .map_err(failed)?;
                 Ok(json!({"ran": job.id}).to_string())
             }
             Some(other) => Err(ToolError::InvalidArguments(format!(

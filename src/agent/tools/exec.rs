@@ -1,15 +1,22 @@
 //! `exec`: run a shell command in the workspace, with a timeout, an output cap, an
-//! environment without the gateway's secrets, a deny list for destructive commands, and
-//! (with `agent.restrict_to_workspace`) a Landlock sandbox.
+//! environment without the gateway's secrets, a deny list for destructive commands,
+//! resource limits, nothing left running after the call, and (with
+//! `agent.restrict_to_workspace`) a Landlock sandbox without capabilities.
 //!
 //! - [`shell`]: just enough shell reading to see the commands of a line.
 //! - [`deny`]: the deny list.
-//! - [`sandbox`]: the Landlock rules.
+//! - [`sandbox`]: the Landlock rules and the capabilities given up.
+//! - [`limits`]: processes, file size, memory.
+//! - [`supervise`]: the process that ends all a command started.
 
 mod deny;
 #[cfg(target_os = "linux")]
+pub mod limits;
+#[cfg(target_os = "linux")]
 pub mod sandbox;
 mod shell;
+#[cfg(target_os = "linux")]
+mod supervise;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -111,21 +118,65 @@ async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
     s
 }
 
-/// The shell's process group, ended when this is dropped: on the command's timeout, and
-/// when the call itself is dropped (a turn cancelled mid-call by `/stop` or shutdown). `kill_on_drop`
-/// alone would end only `sh`, not what it started.
-struct GroupKill(Option<i32>);
+/// How long the supervisor of a call that ended early gets to end what the command
+/// started, before the gateway kills the process group itself.
+const SUPERVISOR_GRACE: Duration = Duration::from_secs(2);
 
-impl Drop for GroupKill {
+/// SIGKILL to the process group `pgid`, by the system call itself: procps-ng 4.0's
+/// `kill -KILL -<pgid>` was seen killing every process of the user (as if the target were
+/// -1).
+fn kill_group(pgid: Option<i32>) {
+    if let Some(pgid) = pgid
+        .filter(|p| *p > 1)
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
+}
+
+/// A running command: its supervisor ([`supervise`], the child the gateway started, leader
+/// of the command's process group) and the pipe whose closing asks the supervisor to end
+/// everything beneath it. Dropped before the command ended (its timeout, a turn cancelled
+/// mid-call by `/stop` or shutdown, the registry's time limit), it closes that pipe, and
+/// kills the process group after [`SUPERVISOR_GRACE`] should the supervisor not be done
+/// (stopped or killed by the command; before Landlock ABI 6 it can signal it).
+struct Running {
+    child: Option<tokio::process::Child>,
+    control: Option<tokio::process::ChildStdin>,
+    group: Option<i32>,
+}
+
+impl Running {
+    /// Wait for the supervisor, which exits once the command and all it started are gone,
+    /// with the command's status; then kill what may be left of the group (should the
+    /// supervisor have been killed), so the output ends.
+    async fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        let status = match self.child.as_mut() {
+            Some(child) => child.wait().await.ok(),
+            None => None,
+        };
+        kill_group(self.group.take());
+        self.control = None;
+        status
+    }
+}
+
+impl Drop for Running {
     fn drop(&mut self) {
-        // The system call itself: procps-ng 4.0's `kill -KILL -<pgid>` was seen killing every
-        // process of the user (as if the target were -1).
-        if let Some(pgid) = self
-            .0
-            .filter(|p| *p > 1)
-            .and_then(rustix::process::Pid::from_raw)
-        {
-            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        // Closed first: the supervisor starts ending the command's processes now.
+        self.control = None;
+        let Some(group) = self.group.take() else {
+            return;
+        };
+        match (tokio::runtime::Handle::try_current(), self.child.take()) {
+            (Ok(runtime), Some(mut child)) => {
+                runtime.spawn(async move {
+                    let _ = tokio::time::timeout(SUPERVISOR_GRACE, child.wait()).await;
+                    kill_group(Some(group));
+                    let _ = child.wait().await;
+                });
+            }
+            _ => kill_group(Some(group)),
         }
     }
 }
@@ -136,7 +187,7 @@ impl Tool for Exec {
         "exec"
     }
     fn description(&self) -> &'static str {
-        "Run a shell command in the workspace folder and return its exit code and output. Destructive commands are refused."
+        "Run a shell command in the workspace folder and return its exit code and output. Whatever it starts ends with it (nothing keeps running in the background). Destructive commands are refused."
     }
     fn schema(&self) -> Value {
         json!({"type": "object", "required": ["command"],
@@ -165,11 +216,15 @@ impl Tool for Exec {
             .arg(command)
             .current_dir(&ctx.workspace)
             .env_clear()
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
             .process_group(0);
+        // On Linux the supervisor's control pipe (the command's own stdin is /dev/null).
+        cmd.stdin(if cfg!(target_os = "linux") {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         for k in ENV_KEEP {
             if let Ok(v) = std::env::var(k) {
                 cmd.env(k, v);
@@ -178,18 +233,24 @@ impl Tool for Exec {
         #[cfg(target_os = "linux")]
         {
             let restrict = ctx.restrict_to_workspace;
+            let run_as = restrict.then(|| sandbox::run_as(&ctx.workspace)).flatten();
+            let uid = run_as.map_or_else(|| rustix::process::getuid().as_raw(), |r| r.uid);
+            let limits = limits::Limits::for_user(uid);
             let fd = rules.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
             #[allow(unsafe_code)]
             // SAFETY: these make only system calls, as may run between fork and exec;
             // `rules` stays open until `spawn` returns.
             unsafe {
                 cmd.pre_exec(move || {
+                    // First: the supervisor stays out of the sandbox and limits below.
+                    supervise::split()?;
                     sandbox::close_inherited();
+                    limits.apply()?;
                     if restrict {
                         if let Some(fd) = fd {
                             sandbox::restrict(fd)?;
                         }
-                        sandbox::drop_capabilities()?;
+                        sandbox::drop_capabilities(run_as)?;
                     }
                     Ok(())
                 });
@@ -199,10 +260,15 @@ impl Tool for Exec {
             .spawn()
             .map_err(|e| ToolError::Failed(format!("cannot start the shell: {e}")))?;
         drop(rules);
-        let mut group = GroupKill(child.id().and_then(|p| i32::try_from(p).ok()));
         let (out, err) = (child.stdout.take(), child.stderr.take());
+        let mut running = Running {
+            group: child.id().and_then(|p| i32::try_from(p).ok()),
+            // Taken, or `wait` would close it (and so end the command) before waiting.
+            control: child.stdin.take(),
+            child: Some(child),
+        };
         let run = async {
-            let (o, e, status) = tokio::join!(
+            tokio::join!(
                 async {
                     match out {
                         Some(o) => read_capped(o).await,
@@ -215,21 +281,17 @@ impl Tool for Exec {
                         None => String::new(),
                     }
                 },
-                child.wait()
-            );
-            (o, e, status)
+                running.wait()
+            )
         };
-        // A turn cancelled meanwhile (`/stop`, shutdown) drops this call: `group` ends the
+        // A turn cancelled meanwhile (`/stop`, shutdown) drops this call: `running` ends the
         // command then, as it does here on the timeout.
         let (stdout, stderr, status) = tokio::time::timeout(Duration::from_secs(secs), run)
             .await
             .map_err(|_| {
             ToolError::Failed(format!("command timed out after {secs}s (killed)"))
         })?;
-        // The shell is done: what it left running in the background stays.
-        group.0 = None;
         let code = status
-            .ok()
             .and_then(|s| s.code())
             .map_or("killed".into(), |c| c.to_string());
         let mut text = format!("exit code: {code}");
@@ -270,6 +332,7 @@ mod tests {
             restrict_to_workspace: true,
             cancel: CancellationToken::new(),
             set_by: Vec::new(),
+            chain: Default::default(),
         };
         let args = json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 120});
         let pid_file = dir.path().join("pid");

@@ -2,6 +2,9 @@
 //! `message`, at most [`MAX_SUBAGENTS`] at once and [`MAX_PER_CHAT`] per chat. Its result is
 //! published back onto the bus as a `System(Subagent)` message for the parent chat, so the
 //! parent agent tells the user. `/stop` and `/new` in that chat stop it: it posts nothing.
+//! The result carries the [`crate::chain::Chain`] that led to it: a result's turn may spawn a follow-up,
+//! but results [`crate::chain::MAX_SPAWNS`] deep spawn no more (a task that says "spawn
+//! this task" would otherwise go on for ever).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -148,6 +151,7 @@ impl Subagents {
             restrict_to_workspace: true,
             cancel,
             set_by: parent.set_by.clone(),
+            chain: parent.chain.clone(),
         };
         let spec = LoopSpec {
             model: self.config.llm.model.clone(),
@@ -213,6 +217,7 @@ impl Subagents {
             format!("Task: {task}\n\nResult:\n{text}"),
         );
         msg.origin = Origin::System(SystemOrigin::Subagent { id: id.clone() });
+        parent.chain.then_spawn().stamp(&mut msg);
         // The turn that answers it acts for whoever asked for the sub-agent (a job it sets
         // is theirs: see `crate::access::setters`).
         if !parent.set_by.is_empty() {
@@ -250,6 +255,9 @@ impl Tool for Spawn {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let task = args["task"].as_str().unwrap_or_default().to_string();
+        if let Some(why) = ctx.chain.refuses_spawn() {
+            return Err(ToolError::Refused(why));
+        }
         let (id, cancel, permit) = self.subagents.admit(&ctx.key)?;
         let subs = self.subagents.clone();
         let parent = ctx.clone();

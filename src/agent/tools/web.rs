@@ -385,6 +385,7 @@ mod tests {
             restrict_to_workspace: true,
             cancel: Default::default(),
             set_by: Vec::new(),
+            chain: Default::default(),
         }
     }
 
