@@ -32,7 +32,7 @@ async fn exec_within(
     args: serde_json::Value,
     limit: Duration,
 ) -> Result<String, ToolError> {
-    let reg = Registry::new(vec![Arc::new(Exec)]);
+    let reg = Registry::new(vec![Arc::new(Exec::default())]);
     reg.call("exec", &args.to_string(), &ctx(dir), limit).await
 }
 
@@ -441,7 +441,7 @@ async fn commands_cannot_reach_beside_the_workspace() {
         c.restrict_to_workspace = restrict;
         let args = json!({"command": command}).to_string();
         async move {
-            let reg = Registry::new(vec![Arc::new(Exec)]);
+            let reg = Registry::new(vec![Arc::new(Exec::default())]);
             reg.call("exec", &args, &c, Duration::from_secs(10))
                 .await
                 .unwrap()
@@ -485,5 +485,31 @@ async fn the_output_cut_never_leaves_half_a_secret() {
         assert!(out.contains("[… output cut:"), "{out:.200}");
         assert!(out.contains("[redacted]"), "{out:.200}");
         assert!(!out.contains("exec-sec"), "offset {offset}: {out}");
+    }
+}
+
+/// A data dir in a system folder commands may read (`/opt/switchboard/data`; here
+/// `/var/tmp`, which tests can write) is out of their reach all the same: that folder is
+/// left out of the sandbox, while the others stay.
+#[tokio::test]
+async fn a_data_dir_inside_a_system_folder_is_out_of_the_commands_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(data.path().join("admin.token"), "data-dir-secret\n").unwrap();
+    let command = format!(
+        "cat {}/admin.token 2>&1; head -c 10 /etc/passwd; echo",
+        data.path().display()
+    );
+    let reg = Registry::new(vec![Arc::new(Exec::new(data.path()))]);
+    let args = json!({ "command": command }).to_string();
+    let out = reg
+        .call("exec", &args, &ctx(dir.path()), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(out.contains("root:x:0:0"), "{out}");
+    if switchboard::agent::tools::exec::sandbox::abi() >= 1 {
+        assert!(!out.contains("data-dir-secret"), "{out}");
+    } else {
+        eprintln!("no Landlock on this kernel: the data dir is not confined ({out})");
     }
 }

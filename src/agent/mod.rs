@@ -197,7 +197,7 @@ impl Agent {
             Arc::new(tools::files::WriteFile),
             Arc::new(tools::files::EditFile),
             Arc::new(tools::files::ListDir),
-            Arc::new(tools::exec::Exec),
+            Arc::new(tools::exec::Exec::new(&self.config.gateway.data_dir)),
             Arc::new(web_fetch),
             Arc::new(tools::memory::Memory),
             Arc::new(tools::read_skill::ReadSkill::new(skills.clone())),

@@ -41,7 +41,20 @@ const ENV_KEEP: [&str; 8] = [
 ];
 
 /// `exec`: a shell command in the workspace.
-pub struct Exec;
+#[derive(Default)]
+pub struct Exec {
+    /// Kept out of the commands' reach with the system folder that holds it, if one does.
+    data_dir: Option<std::path::PathBuf>,
+}
+
+impl Exec {
+    /// The tool of a gateway whose data dir is `data_dir`.
+    pub fn new(data_dir: &std::path::Path) -> Self {
+        Self {
+            data_dir: Some(data_dir.to_path_buf()),
+        }
+    }
+}
 
 /// Make the gateway's own process unreadable to the commands it starts. They run as the
 /// same user, so without this `cat /proc/$PPID/environ` prints every secret the cleared
@@ -66,8 +79,11 @@ fn protect_gateway_process() -> Result<(), ToolError> {
 /// The sandbox for a command in `workspace`: `None` where the kernel has none (said once
 /// in the log); an error, and no command, when it exists but cannot be set up.
 #[cfg(target_os = "linux")]
-fn confinement(workspace: &std::path::Path) -> Result<Option<std::os::fd::OwnedFd>, ToolError> {
-    match sandbox::ruleset(workspace) {
+fn confinement(
+    workspace: &std::path::Path,
+    data_dir: Option<&std::path::Path>,
+) -> Result<Option<std::os::fd::OwnedFd>, ToolError> {
+    match sandbox::ruleset(workspace, data_dir) {
         Ok(Some(rules)) => Ok(Some(rules)),
         Ok(None) => {
             static SAID: std::sync::Once = std::sync::Once::new();
@@ -86,7 +102,7 @@ fn confinement(workspace: &std::path::Path) -> Result<Option<std::os::fd::OwnedF
 }
 
 #[cfg(not(target_os = "linux"))]
-fn confinement(_: &std::path::Path) -> Result<Option<()>, ToolError> {
+fn confinement(_: &std::path::Path, _: Option<&std::path::Path>) -> Result<Option<()>, ToolError> {
     Ok(None)
 }
 
@@ -207,7 +223,7 @@ impl Tool for Exec {
         protect_gateway_process()?;
         let secs = args["timeout_secs"].as_u64().unwrap_or(DEFAULT_TIMEOUT);
         let rules = if ctx.restrict_to_workspace {
-            confinement(&ctx.workspace)?
+            confinement(&ctx.workspace, self.data_dir.as_deref())?
         } else {
             None
         };
@@ -337,7 +353,8 @@ mod tests {
         let args = json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 120});
         let pid_file = dir.path().join("pid");
         {
-            let call = Exec.call(args, &ctx);
+            let exec = Exec::default();
+            let call = exec.call(args, &ctx);
             tokio::pin!(call);
             // Run the call until the command has started its child, then drop it, as a
             // cancelled turn or the registry's own timeout does.

@@ -130,7 +130,7 @@ pub fn abi() -> i64 {
 
 /// The rules for a command run in `workspace`, ready for [`restrict`]; `None` without
 /// Landlock.
-pub fn ruleset(workspace: &Path) -> std::io::Result<Option<OwnedFd>> {
+pub fn ruleset(workspace: &Path, data_dir: Option<&Path>) -> std::io::Result<Option<OwnedFd>> {
     let abi = abi();
     if abi < 1 {
         return Ok(None);
@@ -175,7 +175,8 @@ pub fn ruleset(workspace: &Path) -> std::io::Result<Option<OwnedFd>> {
     // owns it.
     let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let workspace = workspace.canonicalize()?;
-    for (path, access) in allowed(&workspace, handled) {
+    let data_dir = data_dir.and_then(|d| d.canonicalize().ok());
+    for (path, access) in allowed(&workspace, data_dir.as_deref(), handled) {
         // Paths this system does not have are skipped. `O_PATH`: a device is not opened
         // (`/dev/ptmx` would make a terminal), and a file its owner alone may read is named.
         let Ok(dir) = open_path(&path) else {
@@ -220,8 +221,10 @@ fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
 
 /// What a command may reach and how: the workspace fully; the system's folders read-only
 /// (the scratch ones fully); of `/etc` what every user may read; the devices it uses. A
-/// system path that holds the workspace is left out.
-fn allowed(workspace: &Path, all: u64) -> Vec<(PathBuf, u64)> {
+/// system path that holds the workspace is left out, and so is one that holds the data dir
+/// (`/opt/switchboard/data`: all of `/opt`, as a rule reaches everything beneath it) or
+/// lies in it.
+fn allowed(workspace: &Path, data_dir: Option<&Path>, all: u64) -> Vec<(PathBuf, u64)> {
     let mut rules: Vec<(PathBuf, u64)> = SYSTEM
         .iter()
         .map(|dir| {
@@ -239,7 +242,15 @@ fn allowed(workspace: &Path, all: u64) -> Vec<(PathBuf, u64)> {
     // A symlink (`/bin` → `usr/bin`): what it points to is what must not hold it.
     rules.retain(|(path, _)| {
         let real = path.canonicalize().unwrap_or_else(|_| path.clone());
-        !workspace.starts_with(&real)
+        let data = data_dir.is_some_and(|d| d.starts_with(&real) || real.starts_with(d));
+        if data && SYSTEM.contains(&path.to_string_lossy().as_ref()) {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(folder = %path.display(),
+                    "exec: commands cannot read this system folder, as it holds the data dir (the store, admin.token); move gateway.data_dir elsewhere (e.g. /var/lib/switchboard) to give it back to them");
+            });
+        }
+        !workspace.starts_with(&real) && !data
     });
     rules.insert(0, (workspace.to_path_buf(), all));
     rules
@@ -481,7 +492,7 @@ mod tests {
 
     #[test]
     fn a_system_folder_that_holds_the_workspace_is_left_out() {
-        let rules = allowed(Path::new("/tmp/sb/workspace"), ABI1_ALL);
+        let rules = allowed(Path::new("/tmp/sb/workspace"), None, ABI1_ALL);
         let paths: Vec<&Path> = rules.iter().map(|(p, _)| p.as_path()).collect();
         assert_eq!(paths[0], Path::new("/tmp/sb/workspace"));
         assert!(!paths.contains(&Path::new("/tmp")));
@@ -491,15 +502,28 @@ mod tests {
         assert!(paths.contains(&Path::new("/run/systemd/resolve")));
         assert_eq!(access(&rules, "/usr"), Some(READ_ONLY));
         assert_eq!(access(&rules, "/var/tmp"), Some(ABI1_ALL));
-        let rules = allowed(Path::new("/home/pi/sb/workspace"), ABI1_ALL);
+        let rules = allowed(Path::new("/home/pi/sb/workspace"), None, ABI1_ALL);
         assert!(rules.iter().any(|(p, _)| p == Path::new("/tmp")));
         assert!(!rules.iter().any(|(p, _)| p.starts_with("/home/pi/sb/data")));
     }
 
     #[test]
+    fn a_system_folder_that_holds_the_data_dir_is_left_out() {
+        let ws = Path::new("/home/pi/sb/workspace");
+        let rules = allowed(ws, Some(Path::new("/opt/sb/data")), ABI1_ALL);
+        assert!(!rules.iter().any(|(p, _)| p == Path::new("/opt")));
+        assert!(rules.iter().any(|(p, _)| p == Path::new("/usr")));
+        // Of `/etc`, only the rules that hold or lie in it go.
+        let rules = allowed(ws, Some(Path::new("/etc/sb-data")), ABI1_ALL);
+        assert!(!rules.iter().any(|(p, _)| p == Path::new("/etc")));
+        assert!(rules.iter().any(|(p, _)| p.starts_with("/etc/")));
+        assert!(rules.iter().any(|(p, _)| p == Path::new("/usr")));
+    }
+
+    #[test]
     fn of_dev_only_the_devices_commands_use_and_never_a_disk() {
         use std::os::unix::fs::FileTypeExt;
-        let rules = allowed(Path::new("/home/pi/sb/workspace"), ABI1_ALL);
+        let rules = allowed(Path::new("/home/pi/sb/workspace"), None, ABI1_ALL);
         assert_eq!(access(&rules, "/dev"), Some(READ_DIR));
         assert_eq!(access(&rules, "/dev/null"), Some(READ_FILE | WRITE_FILE));
         assert_eq!(access(&rules, "/dev/urandom"), Some(READ_FILE));
