@@ -310,7 +310,13 @@ fn recover(db: &Db, dir: &Path) -> Result<Active, StoreError> {
     let files = journal::files(dir)?;
     let mut replayed = 0usize;
     for (i, (_, path)) in files.iter().enumerate() {
-        let bytes = std::fs::read(path).map_err(backend)?;
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            // Deleted since it was listed, by the checkpointer, once sled had all of it (a
+            // reopen in process).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(backend(e)),
+        };
         let decoded = journal::decode(&bytes);
         let last = i + 1 == files.len();
         if decoded.damaged > 0 || (decoded.torn && !last) {

@@ -147,6 +147,10 @@ pub(super) fn reopen(shared: &Shared, active: &mut Active) -> Result<(), StoreEr
         .append_failed
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = None;
+    // A disk that took those few bytes may still be too full for sled to open (its
+    // recovery writes), and a failed open leaves the store unable even to read until
+    // the next try: only with room to spare.
+    room_to_open(&shared.dir)?;
     let Some(old) = shared.slot.take() else {
         // Failed last time: nothing to close.
         drop(pending);
@@ -168,13 +172,47 @@ pub(super) fn reopen(shared: &Shared, active: &mut Active) -> Result<(), StoreEr
     open_again(shared, active)
 }
 
+/// Free space a reopen wants beyond the journal it applies again.
+const ROOM_TO_OPEN: u64 = 32 << 20;
+/// Opens tried, a moment apart, before the store is left closed until the next round.
+const OPEN_TRIES: u32 = 3;
+
+/// Whether the data folder's disk has [`ROOM_TO_OPEN`] free beyond the journal's size.
+fn room_to_open(dir: &std::path::Path) -> Result<(), StoreError> {
+    let journal: u64 = journal::files(&dir.join("journal"))?
+        .iter()
+        .map(|(_, p)| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum();
+    let fs = rustix::fs::statvfs(dir).map_err(backend)?;
+    let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+    let wanted = ROOM_TO_OPEN.saturating_add(journal);
+    if free < wanted {
+        return Err(StoreError::Backend(format!(
+            "{} MB free on the data folder's disk; opening the store again wants {} MB",
+            free >> 20,
+            wanted >> 20
+        )));
+    }
+    Ok(())
+}
+
 fn open_again(shared: &Shared, active: &mut Active) -> Result<(), StoreError> {
     let floor = shared.last_id.load(Ordering::Relaxed).saturating_add(1);
     // sled restores its id counter from what it last flushed (plus a margin), and the ids
     // taken since are only raised by `floor` in this process: the flush makes the counter
     // of this opening durable, so that the next start after a crash begins above it.
-    let opened = open_db(&shared.dir, LOCK_WAIT, floor)
-        .and_then(|(db, fresh)| db.db.flush().map(|_| (db, fresh)).map_err(backend));
+    let open = || {
+        open_db(&shared.dir, LOCK_WAIT, floor)
+            .and_then(|(db, fresh)| db.db.flush().map(|_| (db, fresh)).map_err(backend))
+    };
+    let mut opened = open();
+    for _ in 1..OPEN_TRIES {
+        if opened.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        opened = open();
+    }
     match opened {
         Ok((db, fresh)) => {
             *active = fresh;

@@ -138,6 +138,13 @@ async fn read_capped(mut r: impl tokio::io::AsyncRead + Unpin) -> String {
 /// started, before the gateway kills the process group itself.
 const SUPERVISOR_GRACE: Duration = Duration::from_secs(2);
 
+/// Whether the supervisor exited by itself, which it does only once everything beneath it
+/// is gone: its group is empty then, and its number free for the system to give another
+/// process (another call's supervisor), which must not be killed in its place.
+fn ended_itself(status: Option<&std::process::ExitStatus>) -> bool {
+    status.is_some_and(|s| s.code().is_some())
+}
+
 /// SIGKILL to the process group `pgid`, by the system call itself: procps-ng 4.0's
 /// `kill -KILL -<pgid>` was seen killing every process of the user (as if the target were
 /// -1).
@@ -171,7 +178,10 @@ impl Running {
             Some(child) => child.wait().await.ok(),
             None => None,
         };
-        kill_group(self.group.take());
+        let group = self.group.take();
+        if !ended_itself(status.as_ref()) {
+            kill_group(group);
+        }
         self.control = None;
         status
     }
@@ -187,9 +197,11 @@ impl Drop for Running {
         match (tokio::runtime::Handle::try_current(), self.child.take()) {
             (Ok(runtime), Some(mut child)) => {
                 runtime.spawn(async move {
-                    let _ = tokio::time::timeout(SUPERVISOR_GRACE, child.wait()).await;
-                    kill_group(Some(group));
-                    let _ = child.wait().await;
+                    let waited = tokio::time::timeout(SUPERVISOR_GRACE, child.wait()).await;
+                    if !ended_itself(waited.ok().and_then(Result::ok).as_ref()) {
+                        kill_group(Some(group));
+                        let _ = child.wait().await;
+                    }
                 });
             }
             _ => kill_group(Some(group)),

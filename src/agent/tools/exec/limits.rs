@@ -21,10 +21,12 @@ use std::io;
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
-/// Processes (threads included) a command may add to what its user already runs.
-pub const EXTRA_TASKS: u64 = 256;
-/// Largest file a command may write: 1 GiB.
-pub const MAX_FILE_BYTES: u64 = 1 << 30;
+/// Processes (threads included) a command may add to what its user already runs: room for
+/// `make -j`, a JVM's or Go program's threads, and the gateway's own threads coming and
+/// going meanwhile; a fork bomb still stops there.
+pub const EXTRA_TASKS: u64 = 1024;
+/// Largest file a command may write: 4 GiB (a disk image or a video, not an endless loop).
+pub const MAX_FILE_BYTES: u64 = 4 << 30;
 /// Least data memory a command gets, on a machine with little: 512 MiB.
 pub const MIN_DATA_BYTES: u64 = 512 << 20;
 

@@ -71,6 +71,12 @@ unsafe fn supervise(command: libc::pid_t, chld: &libc::sigset_t) -> ! {
         // Only the control pipe stays: the copies of the output pipes would keep the
         // gateway reading after the command ended, and the others are the gateway's.
         close_from(1);
+        // The gateway's signal handlers (tokio's, for SIGTERM and the like) came along with
+        // the fork; they write to a pipe `close_from` just closed. Default ones: a SIGTERM
+        // ends the supervisor (the command, its child, goes on to be ended by the gateway).
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
         let sfd = libc::signalfd(-1, chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
         let mut status = None;
         loop {
