@@ -388,3 +388,32 @@ async fn a_keyed_request_cut_off_by_a_restart_gets_a_503_and_its_retry_the_answe
     shutdown.cancel();
     running.stopped().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_retry_joining_a_running_turn_gets_the_text_once() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let url = base(&running);
+    let text = "one two three four five six seven eight nine ten eleven twelve";
+    llm.set_stream_chunk_chars(4);
+    llm.push(Reply::text(text).with_chunk_delay(Duration::from_millis(150)));
+    let mut b = body("hal", "count slowly");
+    b["stream"] = json!(true);
+    // The first client leaves once some of the answer came.
+    let mut first = send(&url, b"m-1", b).await;
+    assert_eq!(first.status(), 200);
+    let mut got = String::new();
+    while sse_text(&got).is_empty() {
+        let chunk = first.chunk().await.unwrap().expect("more of the stream");
+        got.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(first);
+    // Its retry joins the turn halfway through.
+    let sse = stream_keyed(&url, "m-1", "hal", "count slowly").await;
+    assert_eq!(sse_text(&sse), text, "{sse}");
+    assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+    assert_eq!(llm.request_count(), 1);
+    shutdown.cancel();
+    running.stopped().await;
+}

@@ -164,7 +164,7 @@ pub(super) async fn respond(
         // Taken before (by a request that is waiting, went away, or died with the last
         // run): its answer is on its way, or kept.
         Ok(Published::Duplicate) => {
-            let mut settled = settled(&store, &reply.id).await;
+            let mut settled = settled(&shared, &store, &reply).await;
             if matches!(settled, Ok(record::Settled::Unknown)) {
                 // Between two of the store's writes, maybe: the answer may come yet.
                 if let Ok(Ok(answer)) = tokio::time::timeout(SETTLE_GRACE, &mut reply_rx).await {
@@ -173,7 +173,7 @@ pub(super) async fn respond(
                     reply_rx = rx;
                     settled = Ok(record::Settled::InFlight);
                 } else {
-                    settled = self::settled(&store, &reply.id).await;
+                    settled = self::settled(&shared, &store, &reply).await;
                 }
             }
             match settled {
@@ -250,10 +250,17 @@ fn restarting() -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, retry_after, body).into_response()
 }
 
-/// Where the request of message `id` stands (off the runtime's threads: it reads the
-/// inbox and the outbox).
-async fn settled(store: &Arc<dyn Store>, id: &str) -> Result<record::Settled, String> {
-    let (store, id) = (store.clone(), id.to_string());
+/// Where the request of `reply` stands: waiting or running by the bus's table, else from
+/// the store (off the runtime's threads: it may walk the inbox and the outbox).
+async fn settled(
+    shared: &Shared,
+    store: &Arc<dyn Store>,
+    reply: &StreamedReply,
+) -> Result<record::Settled, String> {
+    if shared.bus.holds(&reply.key, &reply.id) {
+        return Ok(record::Settled::InFlight);
+    }
+    let (store, id) = (store.clone(), reply.id.clone());
     match tokio::task::spawn_blocking(move || record::settled(store.as_ref(), &id)).await {
         Ok(settled) => settled.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
