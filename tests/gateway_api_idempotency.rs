@@ -303,3 +303,117 @@ async fn a_retry_after_a_sigkill_mid_turn_gets_the_answer_of_the_one_turn() {
     assert_eq!(stored(&store, "api:cy", "remember the milk"), 1);
     assert_eq!(store.len(Tree::Inbox), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_request_cut_off_by_a_restart_gets_a_503_and_its_retry_the_answer() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let opts = switchboard::StartOptions {
+        turn_grace: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let (running, shutdown) = env.start(opts).await;
+    let url = base(&running);
+    // Both turns still running when the gateway stops: interrupted, run again after it.
+    for q in ["plain question", "streamed question"] {
+        llm.push_for(
+            q,
+            Reply::text("too late").with_delay(Duration::from_secs(60)),
+        );
+    }
+    let u = url.clone();
+    let plain = tokio::spawn(async move { send(&u, b"r-1", body("fay", "plain question")).await });
+    let mut b = body("gus", "streamed question");
+    b["stream"] = json!(true);
+    let u = url.clone();
+    let streamed = tokio::spawn(async move { send(&u, b"r-2", b).await });
+    llm.wait_for_requests(2, WAIT)
+        .await
+        .expect("both turns began");
+    shutdown.cancel();
+    let stopping = tokio::spawn(running.stopped());
+    // Not a success: the client is to retry with its key.
+    let plain = plain.await.unwrap();
+    assert_eq!(plain.status(), 503);
+    let after = plain
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    assert_eq!(after.as_deref(), Some("5"));
+    let v: Value = plain.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "gateway_restarting", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("same `Idempotency-Key`"), "{message}");
+    let streamed = streamed.await.unwrap();
+    assert_eq!(streamed.status(), 200, "the stream had begun");
+    let sse = streamed.text().await.unwrap();
+    assert!(!sse.contains("[DONE]"), "{sse}");
+    assert!(!sse.contains("restarting. Your message"), "{sse}");
+    let last = sse_chunks(&sse).pop().expect("an event");
+    assert_eq!(last["error"]["code"], "gateway_restarting", "{sse}");
+    tokio::time::timeout(WAIT, stopping).await.unwrap().unwrap();
+
+    // After the restart: the replay runs each turn once, the retries get their answers.
+    llm.push_for("plain question", Reply::text("the plain answer"));
+    llm.push_for("streamed question", Reply::text("the streamed answer"));
+    let (running, shutdown) = env.start(Default::default()).await;
+    let url = base(&running);
+    let retry = ask_keyed(&url, "r-1", "fay", "plain question").await;
+    assert_eq!(reply_text(&retry), "the plain answer");
+    let sse = stream_keyed(&url, "r-2", "gus", "streamed question").await;
+    assert_eq!(sse_text(&sse), "the streamed answer");
+    assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+    // Kept: asked again, the same answers.
+    let again = ask_keyed(&url, "r-1", "fay", "plain question").await;
+    assert_eq!(reply_text(&again), "the plain answer");
+    let sse = stream_keyed(&url, "r-2", "gus", "streamed question").await;
+    assert_eq!(sse_text(&sse), "the streamed answer");
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 4, "each turn's cut-off call and its replay's");
+    for q in ["plain question", "streamed question"] {
+        let replayed = reqs[2..]
+            .iter()
+            .filter(|r| user_messages(r, q) == 1)
+            .count();
+        assert_eq!(replayed, 1, "{q}");
+    }
+    assert_eq!(
+        stored(&*running.shared.store, "api:fay", "plain question"),
+        1
+    );
+    assert_eq!(
+        stored(&*running.shared.store, "api:gus", "streamed question"),
+        1
+    );
+    shutdown.cancel();
+    running.stopped().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_retry_joining_a_running_turn_gets_the_text_once() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (running, shutdown) = env.start(Default::default()).await;
+    let url = base(&running);
+    let text = "one two three four five six seven eight nine ten eleven twelve";
+    llm.set_stream_chunk_chars(4);
+    llm.push(Reply::text(text).with_chunk_delay(Duration::from_millis(150)));
+    let mut b = body("hal", "count slowly");
+    b["stream"] = json!(true);
+    // The first client leaves once some of the answer came.
+    let mut first = send(&url, b"m-1", b).await;
+    assert_eq!(first.status(), 200);
+    let mut got = String::new();
+    while sse_text(&got).is_empty() {
+        let chunk = first.chunk().await.unwrap().expect("more of the stream");
+        got.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(first);
+    // Its retry joins the turn halfway through.
+    let sse = stream_keyed(&url, "m-1", "hal", "count slowly").await;
+    assert_eq!(sse_text(&sse), text, "{sse}");
+    assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+    assert_eq!(llm.request_count(), 1);
+    shutdown.cancel();
+    running.stopped().await;
+}

@@ -538,6 +538,16 @@ impl Bus {
             .map_or(0, |s| s.pending.len())
     }
 
+    /// Whether message `id` of `key` waits for its turn or is in the one running now, by the
+    /// bus's own table (no store read). Not while it is being taken, nor between its turn's
+    /// end and the write recording its replies: the inbox holds it then.
+    pub fn holds(&self, key: &ChatKey, id: &str) -> bool {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.get(key).is_some_and(|s| {
+            s.running_ids.iter().any(|r| r == id) || s.pending.iter().any(|q| q.msg.id == id)
+        })
+    }
+
     /// Whether a turn of `key` runs now.
     pub fn is_running(&self, key: &ChatKey) -> bool {
         self.slots

@@ -28,6 +28,9 @@ struct Waiter {
     replies: Vec<(u64, oneshot::Sender<OutboundMessage>)>,
     /// Unbounded: a slow reader must not lose text (an answer is at most `max_tokens`).
     deltas: Option<mpsc::UnboundedSender<String>>,
+    /// Whether the turn took `deltas` (it does once, as it begins): a request joining
+    /// later must not take them over halfway.
+    streaming: bool,
 }
 
 /// Replies for API requests, routed to the HTTP request waiting for them. The CLI's `cli`
@@ -39,6 +42,24 @@ pub struct ApiChannel {
     places: AtomicU64,
     /// Where keyed requests' answers are kept (the `api` channel's store; none for `cli`).
     answers: Option<Arc<dyn Store>>,
+    /// Set by [`ApiChannel::close_waiters`]: a keyed request joining later is told at once.
+    closed: AtomicBool,
+}
+
+/// What the requests still waiting at shutdown are told (see [`ApiChannel::close_waiters`]).
+const RESTARTING: &str = "⚠️ The gateway is restarting. Your message is kept and answered once it is back, but not over this request: ask again in a moment to see the answer.";
+
+/// Whether `reply` is the notice of [`ApiChannel::close_waiters`], not an answer: a keyed
+/// request is to be retried with its key, which then gets the answer.
+pub(super) fn is_restart_notice(reply: &OutboundMessage) -> bool {
+    reply.kind == OutboundKind::Error && reply.delivery.is_none() && reply.text == RESTARTING
+}
+
+fn restart_notice(key: ChatKey, id: String) -> OutboundMessage {
+    let mut reply = OutboundMessage::new(key, RESTARTING);
+    reply.kind = OutboundKind::Error;
+    reply.in_reply_to_inbound = Some(id);
+    reply
 }
 
 impl Default for ApiChannel {
@@ -100,6 +121,7 @@ impl ApiChannel {
             waiters: Mutex::new(HashMap::new()),
             places: AtomicU64::new(0),
             answers: None,
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -169,6 +191,7 @@ impl ApiChannel {
             key: key.clone(),
             replies: vec![(0, tx)],
             deltas,
+            streaming: false,
         };
         self.waiters().insert(id.to_string(), waiter);
         rx
@@ -186,14 +209,22 @@ impl ApiChannel {
         let (tx, rx) = oneshot::channel();
         let place = self.places.fetch_add(1, Ordering::Relaxed);
         let mut waiters = self.waiters();
+        if self.closed.load(Ordering::SeqCst) {
+            // The gateway stops: nobody is to wait (the answer comes after the restart).
+            let _ = tx.send(restart_notice(key.clone(), id.to_string()));
+            return (place, rx);
+        }
         let waiter = waiters.entry(id.to_string()).or_insert_with(|| Waiter {
             key: key.clone(),
             replies: Vec::new(),
             deltas: None,
+            streaming: false,
         });
         waiter.replies.retain(|(_, r)| !r.is_closed());
         waiter.replies.push((place, tx));
-        if waiter.deltas.as_ref().is_none_or(|d| d.is_closed()) {
+        // Only before the turn began: a request joining a running turn gets its final text
+        // (the pieces streamed to a request that left are not its to finish).
+        if !waiter.streaming && waiter.deltas.as_ref().is_none_or(|d| d.is_closed()) {
             waiter.deltas = deltas;
         }
         (place, rx)
@@ -245,15 +276,15 @@ impl ApiChannel {
     /// At shutdown: tell every request still waiting, so the HTTP server can drain. Its turn
     /// is interrupted; the message stays in the conversation and runs after the restart,
     /// but its answer can no longer come back over this request.
+    /// A keyed request is told with a 503 (its retry with the same key gets the answer).
     pub fn close_waiters(&self) {
-        let waiters = std::mem::take(&mut *self.waiters());
+        let waiters = {
+            let mut waiters = self.waiters();
+            self.closed.store(true, Ordering::SeqCst);
+            std::mem::take(&mut *waiters)
+        };
         for (id, w) in waiters {
-            let mut reply = OutboundMessage::new(
-                w.key,
-                "⚠️ The gateway is restarting. Your message is kept and answered once it is back, but not over this request: ask again in a moment to see the answer.",
-            );
-            reply.kind = OutboundKind::Error;
-            reply.in_reply_to_inbound = Some(id);
+            let reply = restart_notice(w.key, id);
             for (_, tx) in w.replies {
                 let _ = tx.send(reply.clone());
             }
@@ -286,7 +317,11 @@ impl ApiChannel {
 
 impl StreamRegistry for ApiChannel {
     fn sink_for(&self, inbound_id: &str) -> Option<DeltaSink> {
-        let tx = self.waiters().get(inbound_id)?.deltas.clone()?;
+        let mut waiters = self.waiters();
+        let waiter = waiters.get_mut(inbound_id)?;
+        let tx = waiter.deltas.clone()?;
+        waiter.streaming = true;
+        drop(waiters);
         Some(Arc::new(move |d: &str| {
             // Fails only once the request is gone.
             let _ = tx.send(d.to_string());

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use switchboard_channel::{ChatKey, InboundMessage, OutboundMessage, Published};
 use tokio::sync::{mpsc, oneshot};
 
+use super::channel::is_restart_notice;
 use super::{REPLY_TIMEOUT, StreamedReply, WaiterGuard, completion, error, stream_reply};
 use crate::gateway::Shared;
 use crate::store::Store;
@@ -31,6 +32,8 @@ const HEADER: &str = "Idempotency-Key";
 const KEY_MAX_BYTES: usize = 255;
 /// Ids of keyed requests' messages start with this (those of others with `api:req:`).
 const ID_PREFIX: &str = "api:idem:";
+/// How long a client is told to wait before it retries a request the restart cut off.
+const RETRY_AFTER_SECS: u64 = 5;
 /// How long a retry whose request is found neither running nor answered waits for an
 /// answer on its way (between two of the store's writes) before it is told there is none.
 const SETTLE_GRACE: Duration = Duration::from_secs(2);
@@ -161,7 +164,7 @@ pub(super) async fn respond(
         // Taken before (by a request that is waiting, went away, or died with the last
         // run): its answer is on its way, or kept.
         Ok(Published::Duplicate) => {
-            let mut settled = settled(&store, &reply.id).await;
+            let mut settled = settled(&shared, &store, &reply).await;
             if matches!(settled, Ok(record::Settled::Unknown)) {
                 // Between two of the store's writes, maybe: the answer may come yet.
                 if let Ok(Ok(answer)) = tokio::time::timeout(SETTLE_GRACE, &mut reply_rx).await {
@@ -170,7 +173,7 @@ pub(super) async fn respond(
                     reply_rx = rx;
                     settled = Ok(record::Settled::InFlight);
                 } else {
-                    settled = self::settled(&store, &reply.id).await;
+                    settled = self::settled(&shared, &store, &reply).await;
                 }
             }
             match settled {
@@ -198,6 +201,7 @@ pub(super) async fn respond(
                 "invalid_request_error",
             );
         }
+        Err(crate::bus::BusError::ShuttingDown) => return restarting(),
         Err(e) => {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -212,6 +216,8 @@ pub(super) async fn respond(
         return stream_reply(shared.clone(), reply, reply_rx, delta_rx).into_response();
     }
     match tokio::time::timeout(REPLY_TIMEOUT, reply_rx).await {
+        // Not an answer: the answer comes after the restart, to a retry with this key.
+        Ok(Ok(answer)) if is_restart_notice(&answer) => restarting(),
         Ok(Ok(answer)) => completion(&reply, &answer.text, answer.usage),
         _ => error(
             StatusCode::GATEWAY_TIMEOUT,
@@ -221,10 +227,40 @@ pub(super) async fn respond(
     }
 }
 
-/// Where the request of message `id` stands (off the runtime's threads: it reads the
-/// inbox and the outbox).
-async fn settled(store: &Arc<dyn Store>, id: &str) -> Result<record::Settled, String> {
-    let (store, id) = (store.clone(), id.to_string());
+/// The error of a keyed request the gateway's restart cut off (its turn goes on after it):
+/// the body of a 503, and the event ending such a request's stream (without `[DONE]`).
+pub(super) fn restarting_error() -> serde_json::Value {
+    serde_json::json!({"error": {
+        "message": format!(
+            "the gateway is restarting: the request is kept and answered once it is back; send \
+             the same request with the same `{HEADER}` in a few seconds to get its answer"
+        ),
+        "type": "server_error",
+        "code": "gateway_restarting",
+    }})
+}
+
+/// A 503 with `Retry-After` and [`restarting_error`].
+fn restarting() -> Response {
+    let retry_after = [(
+        axum::http::header::RETRY_AFTER,
+        RETRY_AFTER_SECS.to_string(),
+    )];
+    let body = axum::Json(restarting_error());
+    (StatusCode::SERVICE_UNAVAILABLE, retry_after, body).into_response()
+}
+
+/// Where the request of `reply` stands: waiting or running by the bus's table, else from
+/// the store (off the runtime's threads: it may walk the inbox and the outbox).
+async fn settled(
+    shared: &Shared,
+    store: &Arc<dyn Store>,
+    reply: &StreamedReply,
+) -> Result<record::Settled, String> {
+    if shared.bus.holds(&reply.key, &reply.id) {
+        return Ok(record::Settled::InFlight);
+    }
+    let (store, id) = (store.clone(), reply.id.clone());
     match tokio::task::spawn_blocking(move || record::settled(store.as_ref(), &id)).await {
         Ok(settled) => settled.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),

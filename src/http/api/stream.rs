@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use switchboard_channel::{ChatKey, OutboundMessage, StreamRedactor, redact};
 use tokio::sync::{mpsc, oneshot};
 
+use super::channel::is_restart_notice;
 use super::{REPLY_TIMEOUT, WaiterGuard, usage_json};
 use crate::gateway::Shared;
 
@@ -120,6 +121,12 @@ async fn relay(
             _ = &mut deadline => break None,
         }
     };
+    // A keyed request the restart cut off: an error, no `[DONE]`, so that the client
+    // retries with its key (which gets the answer, after the restart).
+    if reply.place.is_some() && final_msg.as_ref().is_some_and(is_restart_notice) {
+        let _ = send(super::idem::restarting_error().to_string()).await;
+        return;
+    }
     // Deltas still queued, then whatever of the final text was not streamed.
     while let Ok(d) = deltas.try_recv() {
         let d = redactor.push(&d);

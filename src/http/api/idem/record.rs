@@ -165,24 +165,40 @@ pub(super) enum Settled {
     Unknown,
 }
 
-/// Where the request of message `id` stands. Read in the order the message moves on: the
-/// inbox entry leaves in the write recording its reply in the outbox, which lets the reply
-/// go only after it is kept.
+/// Most inbox and outbox entries [`settled`] reads, each: past them, a request not found is
+/// taken to be in flight (its retry waits for the answer, up to the reply timeout).
+pub(super) const SCAN_MAX: usize = 10_000;
+
+/// Where the request of message `id` stands, from the store (the bus's table, read first
+/// by the caller, finds a message waiting or running without this). There is no index of
+/// the inbox or the outbox by message id (both are by sequence number, and the seen ids
+/// hold a time only), so this walks them, at most [`SCAN_MAX`] entries each. Read in the
+/// order the message moves on: the inbox entry leaves in the write recording its reply in
+/// the outbox, which lets the reply go only after it is kept.
 pub(super) fn settled(store: &dyn Store, id: &str) -> Result<Settled, StoreError> {
+    settled_within(store, id, SCAN_MAX)
+}
+
+fn settled_within(store: &dyn Store, id: &str, most: usize) -> Result<Settled, StoreError> {
     let needle = id.as_bytes();
     let holds = |v: &[u8]| v.windows(needle.len()).any(|w| w == needle);
-    let mut found = false;
+    let (mut found, mut read) = (false, 0);
     store.for_each(Tree::Inbox, &[], &mut |_, v| {
+        read += 1;
         found = holds(v) && serde_json::from_slice::<InboundMessage>(v).is_ok_and(|m| m.id == id);
-        !found
+        !found && read < most
     })?;
+    let mut cut = read >= most;
     if !found {
+        read = 0;
         store.for_each(Tree::Outbox, &[], &mut |_, v| {
+            read += 1;
             found = holds(v)
                 && serde_json::from_slice::<OutboundMessage>(v)
                     .is_ok_and(|m| m.in_reply_to_inbound.as_deref() == Some(id));
-            !found
+            !found && read < most
         })?;
+        cut |= read >= most;
     }
     if found {
         return Ok(Settled::InFlight);
@@ -194,6 +210,14 @@ pub(super) fn settled(store: &dyn Store, id: &str) -> Result<Settled, StoreError
                 answer: Some(a), ..
             },
         )) => Settled::Answered(a),
+        // Not all read: it may be further on.
+        _ if cut => {
+            tracing::warn!(
+                id,
+                "a keyed request's message was not found in the first {most} inbox or outbox entries: taken to be in flight"
+            );
+            Settled::InFlight
+        }
         _ => Settled::Unknown,
     })
 }
@@ -273,5 +297,38 @@ mod tests {
         let past = now + SEEN_RETENTION.as_secs() + 2 * DAY_SECS;
         assert_eq!(prune_at(s, past, &|| false).unwrap(), 1);
         assert!(find(s, now, "api:idem:1").unwrap().is_none());
+    }
+
+    #[test]
+    fn the_store_walk_for_a_request_is_bounded() {
+        let (_dir, store) = store();
+        let s = &*store;
+        let key: switchboard_channel::ChatKey = "api:a".parse().unwrap();
+        let sender = switchboard_channel::Sender {
+            id: "a".into(),
+            username: None,
+            display_name: "a".into(),
+            is_owner: false,
+        };
+        // 20 other requests' messages, then the one looked for.
+        for seq in 0..21u64 {
+            let id = if seq == 20 {
+                "api:idem:t".to_string()
+            } else {
+                format!("api:idem:{seq}")
+            };
+            let msg = InboundMessage::text(id, key.clone(), sender.clone(), "hi");
+            let body = serde_json::to_vec(&msg).unwrap();
+            s.put(Tree::Inbox, &seq.to_be_bytes(), &body).unwrap();
+        }
+        let in_flight =
+            |id, most| matches!(settled_within(s, id, most).unwrap(), Settled::InFlight);
+        assert!(in_flight("api:idem:t", 100));
+        assert!(
+            !in_flight("api:idem:gone", 100),
+            "read to the end: not there"
+        );
+        // Stopped after 10 entries: not found, so maybe further on.
+        assert!(in_flight("api:idem:gone", 10));
     }
 }
