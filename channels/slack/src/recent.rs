@@ -4,10 +4,13 @@
 //! 24 h, [`Recent`] keeps the `ts` of the last message intake handled (published, dropped as
 //! a duplicate, or ignored on purpose), and for the threads the bot takes part in there, the
 //! last reply handled. After a connection gap (see `catch_up`) each is asked what came after
-//! it. With a state file the same holds across restarts: it is written every few seconds
-//! while something changed and when the channel stops, and read when it starts. A crash
-//! loses only the last few seconds of it; those messages are fetched again and the bus drops
-//! them (same message id).
+//! it. A catch-up planned leaves an *unfinished* mark where it starts, which live messages
+//! do not move; only the catch-up's success clears it, so one that failed (or was cut short
+//! by a stop or a crash) is asked again from the same point, in this run and after a
+//! restart. With a state file the same holds across restarts: it is written every few
+//! seconds while something changed and when the channel stops, and read when it starts. A
+//! crash loses only the last few seconds of it; those messages are fetched again and the bus
+//! drops them (same message id).
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -85,6 +88,9 @@ pub(crate) struct Gap {
     pub last: Ts,
     /// Threads the bot takes part in: `(root, last reply handled)`.
     pub threads: Vec<(Ts, Ts)>,
+    /// The session that handed it out: its success clears the unfinished mark only if no
+    /// later session handed the conversation out again.
+    pub session: u64,
 }
 
 #[derive(Default)]
@@ -101,6 +107,28 @@ struct Conversation {
     last: Ts,
     at: Instant,
     threads: Vec<Thread>,
+    /// A catch-up from here has not succeeded yet.
+    unfinished: Option<Unfinished>,
+}
+
+/// Where a catch-up that has not succeeded yet starts; live messages leave it alone.
+struct Unfinished {
+    from: Ts,
+    threads: Vec<(Ts, Ts)>,
+    /// The session that last handed it out (0: loaded from the state file).
+    session: u64,
+}
+
+impl Unfinished {
+    fn gap(&self, channel: &str, kind: Option<&String>) -> Gap {
+        Gap {
+            channel: channel.to_string(),
+            kind: kind.cloned(),
+            last: self.from.clone(),
+            threads: self.threads.clone(),
+            session: self.session,
+        }
+    }
 }
 
 struct Thread {
@@ -125,6 +153,22 @@ struct SavedConversation {
     at_ms: u64,
     #[serde(default)]
     threads: Vec<SavedThread>,
+    /// Absent in files written before it existed: nothing unfinished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unfinished: Option<SavedUnfinished>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedUnfinished {
+    from: Ts,
+    #[serde(default)]
+    threads: Vec<SavedMark>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedMark {
+    root: Ts,
+    last: Ts,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -161,6 +205,7 @@ impl Recent {
                 last: m.ts.clone(),
                 at: now,
                 threads: Vec::new(),
+                unfinished: None,
             });
         if m.ts > conv.last {
             conv.last = m.ts.clone();
@@ -221,23 +266,67 @@ impl Recent {
         if inner.sessions == 1 {
             return Vec::new();
         }
-        let mut convs: Vec<(&String, &Conversation)> = inner.conversations.iter().collect();
-        convs.sort_by_key(|(_, c)| std::cmp::Reverse(c.at));
-        convs.truncate(MAX_CATCH_UP);
-        convs
-            .into_iter()
-            .map(|(channel, c)| Gap {
-                channel: channel.clone(),
-                kind: c.kind.clone(),
-                last: c.last.clone(),
-                threads: c
-                    .threads
-                    .iter()
-                    .filter(|t| now.saturating_duration_since(t.at) <= MAX_AGE)
-                    .map(|t| (t.root.clone(), t.last.clone()))
-                    .collect(),
-            })
-            .collect()
+        let session = inner.sessions;
+        inner.dirty = true;
+        let mut order: Vec<(Instant, String)> = inner
+            .conversations
+            .iter()
+            .map(|(channel, c)| (c.at, channel.clone()))
+            .collect();
+        order.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        order.truncate(MAX_CATCH_UP);
+        let mut gaps = Vec::with_capacity(order.len());
+        for (_, channel) in order {
+            let Some(c) = inner.conversations.get_mut(&channel) else {
+                continue;
+            };
+            let current: Vec<(Ts, Ts)> = c
+                .threads
+                .iter()
+                .filter(|t| now.saturating_duration_since(t.at) <= MAX_AGE)
+                .map(|t| (t.root.clone(), t.last.clone()))
+                .collect();
+            let last = c.last.clone();
+            let mark = c.unfinished.get_or_insert_with(|| Unfinished {
+                from: last,
+                threads: Vec::new(),
+                session,
+            });
+            mark.session = session;
+            // Threads joined since the mark was made start from their last handled reply.
+            for (root, last) in current {
+                if !mark.threads.iter().any(|(r, _)| *r == root) {
+                    mark.threads.push((root, last));
+                }
+            }
+            gaps.push(mark.gap(&channel, c.kind.as_ref()));
+        }
+        gaps
+    }
+
+    /// The gap of `channel` still unfinished, to try again; `None` when there is none.
+    pub(crate) fn unfinished(&self, channel: &str) -> Option<Gap> {
+        let inner = self.inner();
+        let c = inner.conversations.get(channel)?;
+        c.unfinished
+            .as_ref()
+            .map(|u| u.gap(channel, c.kind.as_ref()))
+    }
+
+    /// The catch-up of `gap` succeeded: clear its unfinished mark, unless a later session
+    /// handed the conversation out again (that one clears it).
+    pub(crate) fn finished(&self, gap: &Gap) {
+        let mut inner = self.inner();
+        let Some(c) = inner.conversations.get_mut(&gap.channel) else {
+            return;
+        };
+        if c.unfinished
+            .as_ref()
+            .is_some_and(|u| u.session == gap.session)
+        {
+            c.unfinished = None;
+            inner.dirty = true;
+        }
     }
 
     /// Read the state file written by [`Recent::save`] into this (a missing or unreadable
@@ -285,6 +374,11 @@ impl Recent {
                     last: c.last,
                     at: conv_at,
                     threads,
+                    unfinished: c.unfinished.map(|u| Unfinished {
+                        from: u.from,
+                        threads: u.threads.into_iter().map(|t| (t.root, t.last)).collect(),
+                        session: 0,
+                    }),
                 },
             );
         }
@@ -329,6 +423,17 @@ impl Recent {
                             at_ms: at_ms(t.at),
                         })
                         .collect(),
+                    unfinished: c.unfinished.as_ref().map(|u| SavedUnfinished {
+                        from: u.from.clone(),
+                        threads: u
+                            .threads
+                            .iter()
+                            .map(|(root, last)| SavedMark {
+                                root: root.clone(),
+                                last: last.clone(),
+                            })
+                            .collect(),
+                    }),
                 })
                 .collect();
             Saved { conversations }
@@ -406,12 +511,14 @@ mod tests {
                     kind: Some("im".into()),
                     last: Ts::new("3.0"),
                     threads: vec![],
+                    session: 2,
                 },
                 Gap {
                     channel: "C1".into(),
                     kind: Some("channel".into()),
                     last: Ts::new("12.0"),
                     threads: vec![(Ts::new("10.5"), Ts::new("12.0"))],
+                    session: 2,
                 },
             ]
         );
@@ -473,5 +580,53 @@ mod tests {
         recent.handled(msg("C1", "2.0", None, false), t0);
         recent.forget("C1");
         assert!(recent.inner().conversations.is_empty());
+    }
+
+    #[test]
+    fn an_unfinished_catch_up_starts_again_where_it_did_until_it_succeeds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("slack-recent.json");
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let recent = Recent::default();
+        recent.new_session(t0);
+        recent.handled(msg("C1", "10.0", Some("10.0"), true), t0);
+        let gap = recent.new_session(t0).remove(0);
+        assert_eq!(gap.last, Ts::new("10.0"));
+        // Failed; live messages come meanwhile, in the conversation and in the thread.
+        recent.handled(msg("C1", "12.0", None, false), t0);
+        recent.handled(msg("C1", "12.5", Some("10.0"), false), t0);
+        recent.handled(msg("C1", "13.0", Some("13.0"), true), t0);
+        let again = recent.unfinished("C1").expect("unfinished");
+        assert_eq!(again.last, Ts::new("10.0"), "live messages moved the mark");
+        assert_eq!(again.threads, vec![(Ts::new("10.0"), Ts::new("10.0"))]);
+        // The next session starts there too, with the thread joined since from its last.
+        let next = recent.new_session(t0).remove(0);
+        assert_eq!(next.last, Ts::new("10.0"));
+        assert_eq!(
+            next.threads,
+            vec![
+                (Ts::new("10.0"), Ts::new("10.0")),
+                (Ts::new("13.0"), Ts::new("13.0"))
+            ]
+        );
+        // The older catch-up succeeding does not clear the newer one's mark.
+        recent.finished(&gap);
+        assert!(recent.unfinished("C1").is_some());
+
+        // Across a restart, and from a file written before the mark existed.
+        recent.save(&path, t0, w0);
+        let back = Recent::default();
+        back.load(&path, t0, w0);
+        let gap = back.new_session(t0).remove(0);
+        assert_eq!(gap.last, Ts::new("10.0"));
+        back.finished(&gap);
+        assert!(back.unfinished("C1").is_none());
+        assert_eq!(back.new_session(t0)[0].last, Ts::new("13.0"));
+        let old = r#"{"conversations":[{"channel":"C2","last":"5.0","at_ms":AT}]}"#
+            .replace("AT", &unix_ms(w0).to_string());
+        std::fs::write(&path, old).expect("write");
+        let older = Recent::default();
+        older.load(&path, t0, w0);
+        assert_eq!(older.new_session(t0)[0].last, Ts::new("5.0"));
     }
 }

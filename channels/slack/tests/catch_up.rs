@@ -63,6 +63,22 @@ async fn live(fake: &FakeSlack, event: Value) {
     fake.wait_for_ack(&p.envelope_id).await;
 }
 
+/// Push `event` live while its conversation is being caught up: it is held (no ack), and
+/// Slack sends it again until it is taken in, after the catch-up.
+async fn live_held(fake: &FakeSlack, event: Value) {
+    let p = fake.push_event(event).await;
+    for _ in 0..40 {
+        if fake
+            .wait_for_ack_within(&p.envelope_id, Duration::from_millis(250))
+            .await
+        {
+            return;
+        }
+        fake.redeliver_unacked().await;
+    }
+    panic!("{} never acknowledged", p.envelope_id);
+}
+
 /// Lose every socket and keep them down (the network is out) until [`back`].
 async fn all_sockets_down(fake: &FakeSlack, run: &Running) {
     fake.refuse_sockets(true);
@@ -119,7 +135,7 @@ async fn what_was_sent_while_every_socket_was_down_is_published_in_order_once() 
         "<@UBOT> deploy now",
         "5.0",
     ));
-    // Slow history: a live message that comes right after the reconnection must wait.
+    // Slow history: a live message that comes right after the reconnection is held.
     fake.inject(
         "conversations.history",
         Fault::Delay(Duration::from_millis(500)),
@@ -129,7 +145,7 @@ async fn what_was_sent_while_every_socket_was_down_is_published_in_order_once() 
         Fault::Delay(Duration::from_millis(500)),
     );
     back(&fake, 3).await;
-    live(&fake, events::dm(DM, "U1", "live again", "6.0")).await;
+    live_held(&fake, events::dm(DM, "U1", "live again", "6.0")).await;
 
     let got = run.sink.wait_for_published(8).await;
     assert_eq!(
@@ -194,7 +210,13 @@ async fn a_message_slack_redelivers_and_the_catch_up_fetches_is_published_once()
     let got = run.sink.wait_for_published(2).await;
     assert_eq!(ids(&got), [id(DM, "1.0"), id(DM, "2.0")]);
     assert_eq!(fake.redeliver_unacked().await, 1);
-    fake.wait_for_ack(&unacked.envelope_id).await;
+    // Held again while the catch-up is finishing: Slack tries again.
+    while !fake
+        .wait_for_ack_within(&unacked.envelope_id, Duration::from_millis(250))
+        .await
+    {
+        assert_eq!(fake.redeliver_unacked().await, 1);
+    }
     assert_eq!(ids(&run.sink.published()), [id(DM, "1.0"), id(DM, "2.0")]);
     assert_eq!(
         run.sink.attempts.load(Ordering::SeqCst),
@@ -242,7 +264,7 @@ async fn a_restart_on_the_same_state_file_publishes_only_what_came_meanwhile() {
     let second = start(socket_config(&fake).with_state_file(&state));
     let got = second.sink.wait_for_published(2).await;
     // The catch-up of D1 is over once a live DM after it is in.
-    live(&fake, events::dm(DM, "U1", "live", "9.0")).await;
+    live_held(&fake, events::dm(DM, "U1", "live", "9.0")).await;
     let got_all = second.sink.wait_for_published(3).await;
     assert_eq!(ids_in(&got, DM), [id(DM, "3.0")]);
     assert_eq!(ids_in(&got, CHAN), [id(CHAN, "4.0")]);
@@ -332,7 +354,7 @@ async fn a_missing_scope_is_not_asked_again() {
     all_sockets_down(&fake, &run).await;
     back(&fake, 3).await;
     // A live DM after the reconnection gets in: no catch-up holds it.
-    live(&fake, events::dm(DM, "U1", "live", "3.0")).await;
+    live_held(&fake, events::dm(DM, "U1", "live", "3.0")).await;
     assert_eq!(ids(&run.sink.published()), [id(DM, "1.0"), id(DM, "3.0")]);
     assert_eq!(fake.call_count("conversations.history"), 1);
     run.stop().await.expect("clean stop");
@@ -352,7 +374,7 @@ async fn a_catch_up_never_publishes_the_bots_own_posts() {
     fake.add_unseen(events::bot_message(DM, BOT_ID, "an old answer", "2.5"));
     fake.add_unseen(events::dm(DM, "U1", "thanks", "3.0"));
     back(&fake, 2).await;
-    live(&fake, events::dm(DM, "U1", "bye", "9.0")).await;
+    live_held(&fake, events::dm(DM, "U1", "bye", "9.0")).await;
     let got = tokio::time::timeout(WAIT, run.sink.wait_for_published(3))
         .await
         .expect("published");
