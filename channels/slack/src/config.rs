@@ -50,6 +50,10 @@ pub struct SlackConfig {
     /// start (`<data_dir>/slack-recent.json`); `None`: kept in memory only (gaps in the
     /// connection are still caught up on).
     pub state_file: Option<PathBuf>,
+    /// Catch-up: the first wait before a page is asked again after a passing fault (5xx,
+    /// network; doubling, 3 times); a conversation whose catch-up failed all the same is
+    /// tried again after 30 times it, doubling up to 15 minutes.
+    pub catch_up_backoff: Duration,
 }
 
 impl SlackConfig {
@@ -72,6 +76,7 @@ impl SlackConfig {
             max_file_bytes: 20 * 1024 * 1024,
             file_download_timeout: Duration::from_secs(120),
             state_file: None,
+            catch_up_backoff: Duration::from_secs(1),
         }
     }
 
@@ -131,6 +136,7 @@ impl fmt::Debug for SlackConfig {
             .field("max_file_bytes", &self.max_file_bytes)
             .field("file_download_timeout", &self.file_download_timeout)
             .field("state_file", &self.state_file)
+            .field("catch_up_backoff", &self.catch_up_backoff)
             .finish()
     }
 }

@@ -8,7 +8,9 @@
 //!   of what was sent meanwhile (`catch_up`), planned before the socket's next frame is read.
 //! - `events_api`: the envelope's `event_callback`, as Slack sent it, goes to intake; the ack
 //!   is sent only when that returns `Ok` (published, duplicate, or ignored on purpose), so a
-//!   failed publish leaves the envelope unacknowledged and Slack redelivers it.
+//!   failed publish, or an event held for its conversation's catch-up, leaves the envelope
+//!   unacknowledged and Slack redelivers it. Intake never waits for a catch-up: slack-morphism
+//!   reads the socket's next frame (and its pongs) only when this returns.
 //! - `disconnect`, a closed or failed socket, missed pongs: that socket is closed and the
 //!   manager opens a new one.
 //! - other envelopes (interactivity, slash commands: not used) are acknowledged; a frame that
@@ -124,6 +126,11 @@ impl Frames {
         };
         match self.sh.intake(payload).await {
             Ok(()) => Some(ack(envelope_id)),
+            // Slack sends it again later; the read loop goes on at once.
+            Err(e @ crate::IntakeError::CatchingUp) => {
+                debug!(error = %e, "slack event held; envelope left unacknowledged");
+                None
+            }
             Err(e) => {
                 warn!(error = %e, "slack event not published; envelope left unacknowledged");
                 None

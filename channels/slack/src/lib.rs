@@ -20,7 +20,9 @@
 //! - `catch_up`: after a gap in the connection or a restart, the messages sent meanwhile are
 //!   fetched (`conversations.history` / `.replies`) and fed through intake in order.
 //! - `recent`: the last message handled per conversation (the state file), where a catch-up
-//!   starts; `hold`: a conversation's live events wait for its catch-up.
+//!   starts, and where one that failed starts again; `queue`: the conversations waiting for
+//!   their catch-up; `hold`: a conversation's live events are refused (unacknowledged) for a
+//!   while during its catch-up.
 //! - `send`: replies and the 👀 reaction.
 //! - `memory`: bounded shared memories.
 
@@ -32,6 +34,7 @@ mod frames;
 mod hold;
 mod inbound;
 mod memory;
+mod queue;
 mod recent;
 mod send;
 mod socket;
@@ -135,13 +138,23 @@ impl Shared {
         }
     }
 
-    /// Take in one live `event_callback` (see [`Shared::take_in`]), after its conversation's
-    /// catch-up, if one is under way: fetched messages go first.
+    /// Take in one live `event_callback` (see [`Shared::take_in`]), unless its conversation's
+    /// catch-up is under way: fetched messages go first, so the event is refused at once
+    /// (Slack sends it again later) and that catch-up moves to the front. Never waits for
+    /// it: on Socket Mode this runs in the socket's read loop, where pongs are read too.
     pub async fn intake(self: &Arc<Self>, callback: &Value) -> Result<(), IntakeError> {
         if let Some((channel, ..)) = inbound::position(callback) {
-            let held = self.catch_up.holds.wait(channel, catch_up::LIVE_HOLD);
-            if held.await.is_err() {
-                return Err(IntakeError::CatchingUp);
+            let now = std::time::Instant::now();
+            match self.catch_up.holds.check(channel, now, catch_up::LIVE_HOLD) {
+                hold::Check::Go => {}
+                hold::Check::Held { first } => {
+                    if first {
+                        self.catch_up.queue.prioritize(channel);
+                    }
+                    return Err(IntakeError::CatchingUp);
+                }
+                hold::Check::Opened => warn!(%channel, "slack: a catch-up is slow; live \
+                    messages go through now, the fetched ones follow them"),
             }
         }
         self.take_in(callback).await

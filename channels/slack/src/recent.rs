@@ -4,10 +4,13 @@
 //! 24 h, [`Recent`] keeps the `ts` of the last message intake handled (published, dropped as
 //! a duplicate, or ignored on purpose), and for the threads the bot takes part in there, the
 //! last reply handled. After a connection gap (see `catch_up`) each is asked what came after
-//! it. With a state file the same holds across restarts: it is written every few seconds
-//! while something changed and when the channel stops, and read when it starts. A crash
-//! loses only the last few seconds of it; those messages are fetched again and the bus drops
-//! them (same message id).
+//! it. A catch-up planned leaves an *unfinished* mark where it starts, which live messages
+//! do not move; only the catch-up's success clears it, so one that failed (or was cut short
+//! by a stop or a crash) is asked again from the same point, in this run and after a
+//! restart. With a state file the same holds across restarts: it is written every few
+//! seconds while something changed and when the channel stops, and read when it starts. A
+//! crash loses only the last few seconds of it; those messages are fetched again and the bus
+//! drops them (same message id).
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -85,6 +88,9 @@ pub(crate) struct Gap {
     pub last: Ts,
     /// Threads the bot takes part in: `(root, last reply handled)`.
     pub threads: Vec<(Ts, Ts)>,
+    /// The session that handed it out: its success clears the unfinished mark only if no
+    /// later session handed the conversation out again.
+    pub session: u64,
 }
 
 #[derive(Default)]
@@ -101,6 +107,28 @@ struct Conversation {
     last: Ts,
     at: Instant,
     threads: Vec<Thread>,
+    /// A catch-up from here has not succeeded yet.
+    unfinished: Option<Unfinished>,
+}
+
+/// Where a catch-up that has not succeeded yet starts; live messages leave it alone.
+struct Unfinished {
+    from: Ts,
+    threads: Vec<(Ts, Ts)>,
+    /// The session that last handed it out (0: loaded from the state file).
+    session: u64,
+}
+
+impl Unfinished {
+    fn gap(&self, channel: &str, kind: Option<&String>) -> Gap {
+        Gap {
+            channel: channel.to_string(),
+            kind: kind.cloned(),
+            last: self.from.clone(),
+            threads: self.threads.clone(),
+            session: self.session,
+        }
+    }
 }
 
 struct Thread {
@@ -125,6 +153,22 @@ struct SavedConversation {
     at_ms: u64,
     #[serde(default)]
     threads: Vec<SavedThread>,
+    /// Absent in files written before it existed: nothing unfinished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unfinished: Option<SavedUnfinished>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedUnfinished {
+    from: Ts,
+    #[serde(default)]
+    threads: Vec<SavedMark>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedMark {
+    root: Ts,
+    last: Ts,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -161,6 +205,7 @@ impl Recent {
                 last: m.ts.clone(),
                 at: now,
                 threads: Vec::new(),
+                unfinished: None,
             });
         if m.ts > conv.last {
             conv.last = m.ts.clone();
@@ -221,23 +266,67 @@ impl Recent {
         if inner.sessions == 1 {
             return Vec::new();
         }
-        let mut convs: Vec<(&String, &Conversation)> = inner.conversations.iter().collect();
-        convs.sort_by_key(|(_, c)| std::cmp::Reverse(c.at));
-        convs.truncate(MAX_CATCH_UP);
-        convs
-            .into_iter()
-            .map(|(channel, c)| Gap {
-                channel: channel.clone(),
-                kind: c.kind.clone(),
-                last: c.last.clone(),
-                threads: c
-                    .threads
-                    .iter()
-                    .filter(|t| now.saturating_duration_since(t.at) <= MAX_AGE)
-                    .map(|t| (t.root.clone(), t.last.clone()))
-                    .collect(),
-            })
-            .collect()
+        let session = inner.sessions;
+        inner.dirty = true;
+        let mut order: Vec<(Instant, String)> = inner
+            .conversations
+            .iter()
+            .map(|(channel, c)| (c.at, channel.clone()))
+            .collect();
+        order.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        order.truncate(MAX_CATCH_UP);
+        let mut gaps = Vec::with_capacity(order.len());
+        for (_, channel) in order {
+            let Some(c) = inner.conversations.get_mut(&channel) else {
+                continue;
+            };
+            let current: Vec<(Ts, Ts)> = c
+                .threads
+                .iter()
+                .filter(|t| now.saturating_duration_since(t.at) <= MAX_AGE)
+                .map(|t| (t.root.clone(), t.last.clone()))
+                .collect();
+            let last = c.last.clone();
+            let mark = c.unfinished.get_or_insert_with(|| Unfinished {
+                from: last,
+                threads: Vec::new(),
+                session,
+            });
+            mark.session = session;
+            // Threads joined since the mark was made start from their last handled reply.
+            for (root, last) in current {
+                if !mark.threads.iter().any(|(r, _)| *r == root) {
+                    mark.threads.push((root, last));
+                }
+            }
+            gaps.push(mark.gap(&channel, c.kind.as_ref()));
+        }
+        gaps
+    }
+
+    /// The gap of `channel` still unfinished, to try again; `None` when there is none.
+    pub(crate) fn unfinished(&self, channel: &str) -> Option<Gap> {
+        let inner = self.inner();
+        let c = inner.conversations.get(channel)?;
+        c.unfinished
+            .as_ref()
+            .map(|u| u.gap(channel, c.kind.as_ref()))
+    }
+
+    /// The catch-up of `gap` succeeded: clear its unfinished mark, unless a later session
+    /// handed the conversation out again (that one clears it).
+    pub(crate) fn finished(&self, gap: &Gap) {
+        let mut inner = self.inner();
+        let Some(c) = inner.conversations.get_mut(&gap.channel) else {
+            return;
+        };
+        if c.unfinished
+            .as_ref()
+            .is_some_and(|u| u.session == gap.session)
+        {
+            c.unfinished = None;
+            inner.dirty = true;
+        }
     }
 
     /// Read the state file written by [`Recent::save`] into this (a missing or unreadable
@@ -285,6 +374,11 @@ impl Recent {
                     last: c.last,
                     at: conv_at,
                     threads,
+                    unfinished: c.unfinished.map(|u| Unfinished {
+                        from: u.from,
+                        threads: u.threads.into_iter().map(|t| (t.root, t.last)).collect(),
+                        session: 0,
+                    }),
                 },
             );
         }
@@ -329,6 +423,17 @@ impl Recent {
                             at_ms: at_ms(t.at),
                         })
                         .collect(),
+                    unfinished: c.unfinished.as_ref().map(|u| SavedUnfinished {
+                        from: u.from.clone(),
+                        threads: u
+                            .threads
+                            .iter()
+                            .map(|(root, last)| SavedMark {
+                                root: root.clone(),
+                                last: last.clone(),
+                            })
+                            .collect(),
+                    }),
                 })
                 .collect();
             Saved { conversations }
@@ -349,129 +454,5 @@ impl Recent {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn msg<'a>(channel: &'a str, ts: &str, thread: Option<&str>, bot_thread: bool) -> Handled<'a> {
-        Handled {
-            channel,
-            kind: Some("channel"),
-            ts: Ts::new(ts),
-            thread: thread.map(Ts::new),
-            bot_thread,
-        }
-    }
-
-    #[test]
-    fn timestamps_compare_by_value_not_as_text() {
-        let mut v: Vec<Ts> = ["10.1", "9.5", "9.25", "1700000000.000100", "9.250001"]
-            .into_iter()
-            .map(Ts::new)
-            .collect();
-        v.sort();
-        let got: Vec<&str> = v.iter().map(Ts::as_str).collect();
-        assert_eq!(
-            got,
-            ["9.25", "9.250001", "9.5", "10.1", "1700000000.000100"]
-        );
-        assert!(Ts::new("9.2") == Ts::new("9.2"));
-        assert!(Ts::new("9.2") < Ts::new("9.200001"));
-    }
-
-    #[test]
-    fn the_first_session_has_no_gap_and_later_ones_get_each_recent_conversation() {
-        let recent = Recent::default();
-        let t0 = Instant::now();
-        assert!(recent.new_session(t0).is_empty());
-        recent.handled(msg("C1", "10.5", None, false), t0);
-        recent.handled(msg("C1", "9.5", None, false), t0);
-        // A reply in a thread the bot is in is tracked; one in another thread is not.
-        recent.handled(msg("C1", "11.0", Some("10.5"), true), t0);
-        recent.handled(msg("C1", "11.5", Some("7.0"), false), t0);
-        recent.handled(msg("C1", "12.0", Some("10.5"), false), t0);
-        let later = t0 + Duration::from_secs(1);
-        recent.handled(
-            Handled {
-                kind: Some("im"),
-                ..msg("D1", "3.0", None, false)
-            },
-            later,
-        );
-        let gap = recent.new_session(later);
-        assert_eq!(
-            gap,
-            vec![
-                Gap {
-                    channel: "D1".into(),
-                    kind: Some("im".into()),
-                    last: Ts::new("3.0"),
-                    threads: vec![],
-                },
-                Gap {
-                    channel: "C1".into(),
-                    kind: Some("channel".into()),
-                    last: Ts::new("12.0"),
-                    threads: vec![(Ts::new("10.5"), Ts::new("12.0"))],
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn the_state_file_carries_recent_conversations_across_a_restart() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("slack-recent.json");
-        let (t0, w0) = (Instant::now(), SystemTime::now());
-        let fresh = Recent::default();
-        fresh.load(&path, t0, w0);
-        assert!(fresh.new_session(t0).is_empty(), "no file");
-
-        let recent = Recent::default();
-        recent.new_session(t0);
-        recent.handled(msg("C1", "10.0", Some("10.0"), true), t0);
-        recent.save(&path, t0, w0);
-        assert!(!recent.changed());
-
-        let (t1, w1) = (
-            t0 + Duration::from_secs(3600),
-            w0 + Duration::from_secs(3600),
-        );
-        let back = Recent::default();
-        back.load(&path, t1, w1);
-        let gap = back.new_session(t1);
-        assert_eq!(gap.len(), 1);
-        assert_eq!(gap[0].last, Ts::new("10.0"));
-        assert_eq!(gap[0].threads, vec![(Ts::new("10.0"), Ts::new("10.0"))]);
-        // Only the first session after a load gets it for nothing.
-        assert_eq!(back.new_session(t1).len(), 1, "still remembered");
-
-        // Two days later: too old to answer.
-        let old = Recent::default();
-        old.load(&path, t1, w0 + MAX_AGE * 2);
-        assert!(old.new_session(t1).is_empty());
-
-        // A damaged file is nothing remembered.
-        std::fs::write(&path, b"{not json").expect("write");
-        let damaged = Recent::default();
-        damaged.load(&path, t1, w1);
-        assert!(damaged.new_session(t1).is_empty());
-    }
-
-    #[test]
-    fn quiet_conversations_are_forgotten_and_the_map_is_bounded() {
-        let recent = Recent::default();
-        let t0 = Instant::now();
-        recent.new_session(t0);
-        recent.handled(msg("C0", "1.0", None, false), t0);
-        for c in 1..=MAX_CONVERSATIONS {
-            recent.handled(msg(&format!("C{c}"), "1.0", None, false), t0 + MAX_AGE);
-        }
-        assert_eq!(recent.inner().conversations.len(), MAX_CONVERSATIONS);
-        assert!(!recent.inner().conversations.contains_key("C0"));
-        let gap = recent.new_session(t0 + MAX_AGE * 2 + Duration::from_secs(1));
-        assert!(gap.is_empty(), "a day quiet: {gap:?}");
-        recent.handled(msg("C1", "2.0", None, false), t0);
-        recent.forget("C1");
-        assert!(recent.inner().conversations.is_empty());
-    }
-}
+#[path = "recent_tests.rs"]
+mod tests;

@@ -343,21 +343,25 @@ impl WebApi {
 
     /// `conversations.replies`: the replies of thread `root` in `channel` posted after
     /// `oldest`, oldest first (Slack puts the root first on the first page whatever
-    /// `oldest` says), one page of [`CATCH_UP_PAGE`].
+    /// `oldest` says), [`CATCH_UP_PAGE`] a page from `cursor`.
     pub async fn replies_after(
         &self,
         channel: &str,
         root: &str,
         oldest: &str,
+        cursor: Option<&str>,
     ) -> Result<Page, WebError> {
         let limit = CATCH_UP_PAGE.to_string();
-        let params = vec![
+        let mut params = vec![
             ("channel", Some(channel)),
             ("ts", Some(root)),
             ("oldest", Some(oldest)),
             ("inclusive", Some("false")),
             ("limit", Some(limit.as_str())),
         ];
+        if let Some(c) = cursor {
+            params.push(("cursor", Some(c)));
+        }
         self.get("conversations.replies", &params).await
     }
 

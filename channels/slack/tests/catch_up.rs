@@ -9,77 +9,16 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use common::catch_up::{
+    all_sockets_down, back, history_reads, id, ids, ids_in, live, live_held, param,
+};
 use common::{Running, WAIT, events_config, socket_config, start};
-use serde_json::{Map, Value};
-use switchboard_channel::{Channel, ChatKey, InboundMessage, OutboundMessage};
+use serde_json::Value;
+use switchboard_channel::{Channel, ChatKey, OutboundMessage};
 use switchboard_fakes::slack::{BOT_ID, FakeSlack, Fault, events};
 
 const DM: &str = "D1";
 const CHAN: &str = "C1";
-
-fn id(channel: &str, ts: &str) -> String {
-    format!("slack:msg:{channel}:{ts}")
-}
-
-fn ids(msgs: &[InboundMessage]) -> Vec<String> {
-    msgs.iter().map(|m| m.id.clone()).collect()
-}
-
-/// The ids published for `channel`, in publish order.
-fn ids_in(msgs: &[InboundMessage], channel: &str) -> Vec<String> {
-    let prefix = format!("slack:msg:{channel}:");
-    ids(msgs)
-        .into_iter()
-        .filter(|i| i.starts_with(&prefix))
-        .collect()
-}
-
-fn param<'a>(p: &'a Map<String, Value>, k: &str) -> &'a str {
-    p.get(k).and_then(Value::as_str).unwrap_or("")
-}
-
-/// `(channel, oldest, inclusive, limit)` of each `conversations.history` call, sorted.
-fn history_reads(fake: &FakeSlack) -> Vec<(String, String, String, String)> {
-    let mut reads: Vec<_> = fake
-        .calls_of("conversations.history")
-        .iter()
-        .map(|p| {
-            let get = |k| param(p, k).to_string();
-            (
-                get("channel"),
-                get("oldest"),
-                get("inclusive"),
-                get("limit"),
-            )
-        })
-        .collect();
-    reads.sort();
-    reads
-}
-
-/// Push `event` live and wait for its ack.
-async fn live(fake: &FakeSlack, event: Value) {
-    let p = fake.push_event(event).await;
-    fake.wait_for_ack(&p.envelope_id).await;
-}
-
-/// Lose every socket and keep them down (the network is out) until [`back`].
-async fn all_sockets_down(fake: &FakeSlack, run: &Running) {
-    fake.refuse_sockets(true);
-    fake.drop_sockets();
-    fake.wait_for_refused_sockets(1).await;
-    run.sink
-        .wait("the channel reported down", |s| {
-            s.connected_log().last() == Some(&false)
-        })
-        .await;
-}
-
-/// Let sockets in again and wait until `n` connections were made in all.
-async fn back(fake: &FakeSlack, n: usize) {
-    fake.refuse_sockets(false);
-    fake.wait_for_connections(n).await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_was_sent_while_every_socket_was_down_is_published_in_order_once() {
@@ -119,7 +58,7 @@ async fn what_was_sent_while_every_socket_was_down_is_published_in_order_once() 
         "<@UBOT> deploy now",
         "5.0",
     ));
-    // Slow history: a live message that comes right after the reconnection must wait.
+    // Slow history: a live message that comes right after the reconnection is held.
     fake.inject(
         "conversations.history",
         Fault::Delay(Duration::from_millis(500)),
@@ -129,7 +68,7 @@ async fn what_was_sent_while_every_socket_was_down_is_published_in_order_once() 
         Fault::Delay(Duration::from_millis(500)),
     );
     back(&fake, 3).await;
-    live(&fake, events::dm(DM, "U1", "live again", "6.0")).await;
+    live_held(&fake, events::dm(DM, "U1", "live again", "6.0")).await;
 
     let got = run.sink.wait_for_published(8).await;
     assert_eq!(
@@ -194,7 +133,13 @@ async fn a_message_slack_redelivers_and_the_catch_up_fetches_is_published_once()
     let got = run.sink.wait_for_published(2).await;
     assert_eq!(ids(&got), [id(DM, "1.0"), id(DM, "2.0")]);
     assert_eq!(fake.redeliver_unacked().await, 1);
-    fake.wait_for_ack(&unacked.envelope_id).await;
+    // Held again while the catch-up is finishing: Slack tries again.
+    while !fake
+        .wait_for_ack_within(&unacked.envelope_id, Duration::from_millis(250))
+        .await
+    {
+        assert_eq!(fake.redeliver_unacked().await, 1);
+    }
     assert_eq!(ids(&run.sink.published()), [id(DM, "1.0"), id(DM, "2.0")]);
     assert_eq!(
         run.sink.attempts.load(Ordering::SeqCst),
@@ -242,7 +187,7 @@ async fn a_restart_on_the_same_state_file_publishes_only_what_came_meanwhile() {
     let second = start(socket_config(&fake).with_state_file(&state));
     let got = second.sink.wait_for_published(2).await;
     // The catch-up of D1 is over once a live DM after it is in.
-    live(&fake, events::dm(DM, "U1", "live", "9.0")).await;
+    live_held(&fake, events::dm(DM, "U1", "live", "9.0")).await;
     let got_all = second.sink.wait_for_published(3).await;
     assert_eq!(ids_in(&got, DM), [id(DM, "3.0")]);
     assert_eq!(ids_in(&got, CHAN), [id(CHAN, "4.0")]);
@@ -283,9 +228,18 @@ async fn the_events_api_catches_up_after_a_restart() {
     assert_eq!(ids(&got), [id(DM, "2.0")]);
     let ex = |c: &str, o: &str| (c.into(), o.into(), "false".into(), "100".into());
     assert_eq!(history_reads(&fake), [ex(DM, "1.0")]);
-    // Slack's retry of the fetched message is a duplicate.
+    // Slack's retry of the fetched message is a duplicate (held with a 503 while the
+    // catch-up is finishing: Slack tries again).
     let again = events::dm(DM, "U1", "while you were away", "2.0");
-    assert_eq!(deliver(&second, again, "Ev2").await, 200);
+    let mut status = deliver(&second, again.clone(), "Ev2").await;
+    for _ in 0..40 {
+        if status != 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        status = deliver(&second, again.clone(), "Ev2").await;
+    }
+    assert_eq!(status, 200);
     assert_eq!(second.sink.attempts.load(Ordering::SeqCst), 2);
     assert_eq!(ids(&second.sink.published()), [id(DM, "2.0")]);
     second.stop().await.expect("clean stop");
@@ -332,7 +286,7 @@ async fn a_missing_scope_is_not_asked_again() {
     all_sockets_down(&fake, &run).await;
     back(&fake, 3).await;
     // A live DM after the reconnection gets in: no catch-up holds it.
-    live(&fake, events::dm(DM, "U1", "live", "3.0")).await;
+    live_held(&fake, events::dm(DM, "U1", "live", "3.0")).await;
     assert_eq!(ids(&run.sink.published()), [id(DM, "1.0"), id(DM, "3.0")]);
     assert_eq!(fake.call_count("conversations.history"), 1);
     run.stop().await.expect("clean stop");
@@ -352,7 +306,7 @@ async fn a_catch_up_never_publishes_the_bots_own_posts() {
     fake.add_unseen(events::bot_message(DM, BOT_ID, "an old answer", "2.5"));
     fake.add_unseen(events::dm(DM, "U1", "thanks", "3.0"));
     back(&fake, 2).await;
-    live(&fake, events::dm(DM, "U1", "bye", "9.0")).await;
+    live_held(&fake, events::dm(DM, "U1", "bye", "9.0")).await;
     let got = tokio::time::timeout(WAIT, run.sink.wait_for_published(3))
         .await
         .expect("published");

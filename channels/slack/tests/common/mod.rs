@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod catch_up;
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
