@@ -30,6 +30,7 @@ use crate::store::{Applied, Batch, Store, StoreError, Tree};
 
 pub use outbox::{ChannelRegistry, Outbox, SWEEP_EVERY, record as record_replies};
 pub use seen::SEEN_RETENTION;
+pub(crate) use seen::prune_days;
 
 /// Most messages joined into one turn.
 const MAX_JOIN: usize = 20;

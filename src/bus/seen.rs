@@ -93,12 +93,32 @@ pub(super) fn prune(
     if !batch.is_empty() {
         store.apply(std::mem::take(&mut batch))?;
     }
+    // Keys filed by day start with a zero byte (day numbers are below 2^24 until the year
+    // 47 000), bare ids with a printable one.
+    removed += prune_days(store, Tree::Seen, &[0], 0, first_kept, stop)?;
+    Ok(removed)
+}
+
+/// Delete the keys of `tree` under `prefix` filed by a day before `first_kept` (4 bytes,
+/// big-endian, at `day_at` in the key), [`PRUNE_CHUNK`] per write; in day order, so the
+/// walk stops at the first day kept. Returns how many went; ends early, between writes,
+/// once `stop` says so.
+pub(crate) fn prune_days(
+    store: &dyn Store,
+    tree: Tree,
+    prefix: &[u8],
+    day_at: usize,
+    first_kept: u32,
+    stop: &dyn Fn() -> bool,
+) -> Result<usize, StoreError> {
+    let mut removed = 0;
     loop {
-        let mut more = false;
-        // Keys filed by day start with a zero byte (day numbers are below 2^24 until the
-        // year 47 000), bare ids with a printable one; the walk stops at the first kept day.
-        store.for_each(Tree::Seen, &[0], &mut |k, _| {
-            let Some(d) = k.get(..4).and_then(|d| <[u8; 4]>::try_from(d).ok()) else {
+        let (mut batch, mut more) = (Batch::default(), false);
+        store.for_each(tree, prefix, &mut |k, _| {
+            let Some(d) = k
+                .get(day_at..day_at + 4)
+                .and_then(|d| <[u8; 4]>::try_from(d).ok())
+            else {
                 return true;
             };
             if u32::from_be_bytes(d) >= first_kept {
@@ -108,12 +128,12 @@ pub(super) fn prune(
                 more = true;
                 return false;
             }
-            batch.delete(Tree::Seen, k.to_vec());
+            batch.delete(tree, k.to_vec());
             true
         })?;
         removed += batch.ops.len();
         if !batch.is_empty() {
-            store.apply(std::mem::take(&mut batch))?;
+            store.apply(batch)?;
         }
         if !more || stop() {
             return Ok(removed);

@@ -532,4 +532,4 @@ impl Drop for SledStore {
 
 #[cfg(test)]
 #[path = "sled_store_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -79,7 +79,8 @@ async fn commits_are_durable_at_once_and_a_conflict_writes_nothing() {
     assert_eq!(s.get(Tree::Inbox, &1000u64.to_be_bytes()).unwrap(), None);
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+/// A copy of the store's files as a crash would leave them (the store still open).
+pub(in crate::store) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

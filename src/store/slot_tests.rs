@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::super::group_commit::Timing;
 use super::super::sled_store::SledStore;
+use super::super::sled_store::tests::copy_dir;
 use super::super::{Applied, Batch, Store, Tree};
 
 fn open(dir: &Path, reopen_every: Duration) -> SledStore {
@@ -76,19 +77,6 @@ async fn a_store_whose_sled_failed_a_write_takes_writes_again_once_the_disk_does
         ("direct", "5"),
     ] {
         assert_eq!(meta(&s, k).as_deref(), Some(v.as_bytes()), "{k}");
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
     }
 }
 

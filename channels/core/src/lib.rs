@@ -21,6 +21,7 @@ pub mod format;
 pub mod key;
 pub mod message;
 pub mod redact;
+pub mod state_file;
 
 pub use bounded::Bounded;
 pub use channel::{

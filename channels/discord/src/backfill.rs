@@ -16,7 +16,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
+
+use switchboard_channel::state_file::unix_ms;
 
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -70,12 +72,6 @@ struct SavedChannel {
     at_ms: u64,
 }
 
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 /// A channel's last handled message.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Last {
@@ -123,20 +119,7 @@ impl Recent {
     /// nothing remembered); `now` and `wall` are the same moment on both clocks. What it holds
     /// is caught up on at the first session.
     pub(crate) fn load(path: &Path, now: Instant, wall: SystemTime) -> Self {
-        let saved: Option<Saved> = match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| {
-                    tracing::warn!(file = %path.display(), error = %e,
-                        "discord: ignoring an unreadable state file")
-                })
-                .ok(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e,
-                    "discord: cannot read the state file");
-                None
-            }
-        };
+        let saved: Option<Saved> = switchboard_channel::state_file::read(path, "discord");
         let wall_ms = unix_ms(wall);
         let mut inner = Inner::default();
         for c in saved.map(|s| s.channels).unwrap_or_default() {
@@ -189,15 +172,7 @@ impl Recent {
                 .collect();
             Saved { channels }
         };
-        let write = || -> std::io::Result<()> {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-            serde_json::to_writer(&mut tmp, &saved)?;
-            tmp.as_file().sync_data()?;
-            tmp.persist(path).map_err(|e| e.error)?;
-            Ok(())
-        };
-        if let Err(e) = write() {
+        if let Err(e) = switchboard_channel::state_file::write(path, &saved) {
             self.inner().dirty = true;
             tracing::warn!(file = %path.display(), error = %e, "discord: cannot write the state file");
         }

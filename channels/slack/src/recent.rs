@@ -16,7 +16,9 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
+
+use switchboard_channel::state_file::unix_ms;
 
 use serde::{Deserialize, Serialize};
 
@@ -178,12 +180,6 @@ struct SavedThread {
     at_ms: u64,
 }
 
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 /// The last handled message per conversation; see the module docs.
 #[derive(Default)]
 pub(crate) struct Recent(Mutex<Inner>);
@@ -333,20 +329,7 @@ impl Recent {
     /// file is nothing remembered); `now` and `wall` are the same moment on both clocks.
     /// What it holds is caught up on at the first session.
     pub(crate) fn load(&self, path: &Path, now: Instant, wall: SystemTime) {
-        let saved: Option<Saved> = match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| {
-                    tracing::warn!(file = %path.display(), error = %e,
-                        "slack: ignoring an unreadable state file")
-                })
-                .ok(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e,
-                    "slack: cannot read the state file");
-                None
-            }
-        };
+        let saved: Option<Saved> = switchboard_channel::state_file::read(path, "slack");
         let wall_ms = unix_ms(wall);
         let at = |at_ms: u64| {
             let age = Duration::from_millis(wall_ms.saturating_sub(at_ms));
@@ -438,15 +421,7 @@ impl Recent {
                 .collect();
             Saved { conversations }
         };
-        let write = || -> std::io::Result<()> {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-            serde_json::to_writer(&mut tmp, &saved)?;
-            tmp.as_file().sync_data()?;
-            tmp.persist(path).map_err(|e| e.error)?;
-            Ok(())
-        };
-        if let Err(e) = write() {
+        if let Err(e) = switchboard_channel::state_file::write(path, &saved) {
             self.inner().dirty = true;
             tracing::warn!(file = %path.display(), error = %e, "slack: cannot write the state file");
         }

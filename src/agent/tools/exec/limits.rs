@@ -144,6 +144,6 @@ mod tests {
         // This test's own threads are among them.
         assert!(limits.tasks > EXTRA_TASKS, "{limits:?}");
         assert!(limits.data_bytes >= MIN_DATA_BYTES);
-        assert_eq!(limits.file_bytes, 1 << 30);
+        assert_eq!(limits.file_bytes, 4 << 30);
     }
 }

@@ -17,7 +17,6 @@ const DAY_SECS: u64 = 86_400;
 /// so that a record written just before midnight outlives its message's id marked after.
 const DAYS_BACK: u32 = (SEEN_RETENTION.as_secs() / DAY_SECS) as u32 + 1;
 /// Most deletions applied by one write of [`prune`].
-const PRUNE_CHUNK: usize = 1_024;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) struct Record {
@@ -231,35 +230,7 @@ pub fn prune(store: &dyn Store, stop: &dyn Fn() -> bool) -> Result<usize, StoreE
 
 fn prune_at(store: &dyn Store, now: u64, stop: &dyn Fn() -> bool) -> Result<usize, StoreError> {
     let first_kept = day(now).saturating_sub(DAYS_BACK);
-    let mut removed = 0;
-    loop {
-        let (mut batch, mut more) = (Batch::default(), false);
-        // In day order: the walk stops at the first day kept.
-        store.for_each(Tree::Meta, PREFIX, &mut |k, _| {
-            let Some(d) = k
-                .get(PREFIX.len()..PREFIX.len() + 4)
-                .and_then(|d| <[u8; 4]>::try_from(d).ok())
-            else {
-                return true;
-            };
-            if u32::from_be_bytes(d) >= first_kept {
-                return false;
-            }
-            if batch.ops.len() == PRUNE_CHUNK {
-                more = true;
-                return false;
-            }
-            batch.delete(Tree::Meta, k.to_vec());
-            true
-        })?;
-        removed += batch.ops.len();
-        if !batch.is_empty() {
-            store.apply(batch)?;
-        }
-        if !more || stop() {
-            return Ok(removed);
-        }
-    }
+    crate::bus::prune_days(store, Tree::Meta, PREFIX, PREFIX.len(), first_kept, stop)
 }
 
 #[cfg(test)]
