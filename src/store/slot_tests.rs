@@ -161,11 +161,16 @@ async fn a_reader_holding_the_store_makes_a_reopen_give_up_not_hang() {
     let s = Arc::new(open(dir.path(), Duration::from_secs(3600)));
     s.commit(batch("a", "1")).await.unwrap();
     // A scan whose visitor reads the store again while a reopen waits for the scan.
+    let (holding, held) = tokio::sync::oneshot::channel();
     let reader = std::thread::spawn({
         let s = s.clone();
         move || {
-            let mut inner = None;
+            let (mut inner, mut holding) = (None, Some(holding));
             s.for_each(Tree::Meta, b"", &mut |_, _| {
+                // The scan holds the database from here on: the reopen may begin.
+                if let Some(tx) = holding.take() {
+                    let _ = tx.send(());
+                }
                 let waited = Instant::now();
                 while s.shared.slot.open().is_some() {
                     assert!(
@@ -181,6 +186,7 @@ async fn a_reader_holding_the_store_makes_a_reopen_give_up_not_hang() {
             inner
         }
     });
+    held.await.unwrap();
     let err = s.reopen_now().await.unwrap_err();
     assert!(err.to_string().contains("held the store"), "{err}");
     assert_eq!(reader.join().unwrap(), Some(Some(b"1".to_vec())));
