@@ -328,17 +328,8 @@ impl WebApi {
         oldest: &str,
         cursor: Option<&str>,
     ) -> Result<Page, WebError> {
-        let limit = CATCH_UP_PAGE.to_string();
-        let mut params = vec![
-            ("channel", Some(channel)),
-            ("oldest", Some(oldest)),
-            ("inclusive", Some("false")),
-            ("limit", Some(limit.as_str())),
-        ];
-        if let Some(c) = cursor {
-            params.push(("cursor", Some(c)));
-        }
-        self.get("conversations.history", &params).await
+        self.page_after("conversations.history", channel, None, oldest, cursor)
+            .await
     }
 
     /// `conversations.replies`: the replies of thread `root` in `channel` posted after
@@ -351,18 +342,29 @@ impl WebApi {
         oldest: &str,
         cursor: Option<&str>,
     ) -> Result<Page, WebError> {
+        self.page_after("conversations.replies", channel, Some(root), oldest, cursor)
+            .await
+    }
+
+    /// One page of `method` (history, or the replies of thread `root`) after `oldest`.
+    async fn page_after(
+        &self,
+        method: &str,
+        channel: &str,
+        root: Option<&str>,
+        oldest: &str,
+        cursor: Option<&str>,
+    ) -> Result<Page, WebError> {
         let limit = CATCH_UP_PAGE.to_string();
-        let mut params = vec![
+        let params = [
             ("channel", Some(channel)),
-            ("ts", Some(root)),
+            ("ts", root),
             ("oldest", Some(oldest)),
             ("inclusive", Some("false")),
             ("limit", Some(limit.as_str())),
+            ("cursor", cursor),
         ];
-        if let Some(c) = cursor {
-            params.push(("cursor", Some(c)));
-        }
-        self.get("conversations.replies", &params).await
+        self.get(method, &params).await
     }
 
     async fn get<RS>(&self, method: &str, params: &[(&str, Option<&str>)]) -> Result<RS, WebError>
