@@ -235,7 +235,11 @@ impl Tool for Exec {
         protect_gateway_process()?;
         let secs = args["timeout_secs"].as_u64().unwrap_or(DEFAULT_TIMEOUT);
         let rules = if ctx.restrict_to_workspace {
-            confinement(&ctx.workspace, self.data_dir.as_deref())?
+            // It reads the system's folders (every entry of `/etc`): off the runtime's threads.
+            let (workspace, data_dir) = (ctx.workspace.clone(), self.data_dir.clone());
+            tokio::task::spawn_blocking(move || confinement(&workspace, data_dir.as_deref()))
+                .await
+                .map_err(|e| ToolError::Failed(format!("cannot confine the command: {e}")))??
         } else {
             None
         };
@@ -263,7 +267,10 @@ impl Tool for Exec {
             let restrict = ctx.restrict_to_workspace;
             let run_as = restrict.then(|| sandbox::run_as(&ctx.workspace)).flatten();
             let uid = run_as.map_or_else(|| rustix::process::getuid().as_raw(), |r| r.uid);
-            let limits = limits::Limits::for_user(uid);
+            // It reads every process's `/proc` status: off the runtime's threads too.
+            let limits = tokio::task::spawn_blocking(move || limits::Limits::for_user(uid))
+                .await
+                .map_err(|e| ToolError::Failed(format!("cannot set the command's limits: {e}")))?;
             let fd = rules.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
             #[allow(unsafe_code)]
             // SAFETY: these make only system calls, as may run between fork and exec;
