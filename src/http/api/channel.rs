@@ -28,9 +28,6 @@ struct Waiter {
     replies: Vec<(u64, oneshot::Sender<OutboundMessage>)>,
     /// Unbounded: a slow reader must not lose text (an answer is at most `max_tokens`).
     deltas: Option<mpsc::UnboundedSender<String>>,
-    /// Whether the turn took `deltas` (it does once, as it begins): a request joining
-    /// later must not take them over halfway.
-    streaming: bool,
 }
 
 /// Replies for API requests, routed to the HTTP request waiting for them. The CLI's `cli`
@@ -191,7 +188,6 @@ impl ApiChannel {
             key: key.clone(),
             replies: vec![(0, tx)],
             deltas,
-            streaming: false,
         };
         self.waiters().insert(id.to_string(), waiter);
         rx
@@ -218,13 +214,12 @@ impl ApiChannel {
             key: key.clone(),
             replies: Vec::new(),
             deltas: None,
-            streaming: false,
         });
         waiter.replies.retain(|(_, r)| !r.is_closed());
         waiter.replies.push((place, tx));
-        // Only before the turn began: a request joining a running turn gets its final text
-        // (the pieces streamed to a request that left are not its to finish).
-        if !waiter.streaming && waiter.deltas.as_ref().is_none_or(|d| d.is_closed()) {
+        // A turn running already keeps the pieces' sender it took as it began
+        // (`sink_for`): a request joining it gets its final text only.
+        if waiter.deltas.as_ref().is_none_or(|d| d.is_closed()) {
             waiter.deltas = deltas;
         }
         (place, rx)
@@ -317,11 +312,7 @@ impl ApiChannel {
 
 impl StreamRegistry for ApiChannel {
     fn sink_for(&self, inbound_id: &str) -> Option<DeltaSink> {
-        let mut waiters = self.waiters();
-        let waiter = waiters.get_mut(inbound_id)?;
-        let tx = waiter.deltas.clone()?;
-        waiter.streaming = true;
-        drop(waiters);
+        let tx = self.waiters().get(inbound_id)?.deltas.clone()?;
         Some(Arc::new(move |d: &str| {
             // Fails only once the request is gone.
             let _ = tx.send(d.to_string());
