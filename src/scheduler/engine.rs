@@ -31,8 +31,9 @@ const MAX_MESSAGE_CHARS: usize = 4_000;
 pub struct Limits {
     /// Enabled jobs a chat may hold for a new one to be accepted.
     pub max_jobs_per_chat: usize,
-    /// Least time between two runs of a job run now ([`Scheduler::run_from`]); a schedule
-    /// that runs more often than once a minute is refused when it is set.
+    /// Least time between two runs of a job run now ([`Scheduler::run_from`]); unless it
+    /// is zero, a schedule that runs more often than once a minute is refused when it is
+    /// set.
     pub min_interval: std::time::Duration,
     /// Least time from now to a new job's first run.
     pub min_lead: std::time::Duration,
@@ -49,6 +50,13 @@ impl Limits {
     /// run a minute away at the least, or each run could set the next one a second later.
     pub const CHAINED: Limits = Limits {
         min_lead: std::time::Duration::from_secs(60),
+        ..Limits::MEMBER
+    };
+    /// For a caller of the HTTP API: no least time between runs, since it may call the
+    /// model as often as it likes by itself anyway (DESIGN's `every = "30s"` holds for it);
+    /// only the cap on a chat's jobs.
+    pub const API: Limits = Limits {
+        min_interval: std::time::Duration::ZERO,
         ..Limits::MEMBER
     };
 }
@@ -230,7 +238,8 @@ impl Scheduler {
         let tz = parse_tz(tz_name)?;
         let now = self.clock.now();
         let schedule = Schedule::parse(&new.schedule, tz, now)?;
-        if limits.is_some() && schedule.more_than_once_a_minute() {
+        let floor = limits.is_some_and(|l| !l.min_interval.is_zero());
+        if floor && schedule.more_than_once_a_minute() {
             return Err(ScheduleError::TooFrequent(schedule.describe(tz)));
         }
         let next_run = next_after(&schedule, tz, now);

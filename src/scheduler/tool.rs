@@ -45,6 +45,22 @@ fn job_json(job: &Job) -> Value {
     })
 }
 
+/// What the caller may set and run: the owner anything; a turn that a job's run or a
+/// sub-agent's result led to sets jobs a minute ahead at the earliest; a caller of the HTTP
+/// API (which may call the model as often as it likes by itself) sets any schedule; other
+/// chat members at most once a minute. All but the owner hold 20 jobs a chat at most.
+fn limits(ctx: &ToolContext) -> Option<Limits> {
+    if ctx.sender_is_owner {
+        None
+    } else if !ctx.chain.is_empty() {
+        Some(Limits::CHAINED)
+    } else if ctx.key.channel == "api" {
+        Some(Limits::API)
+    } else {
+        Some(Limits::MEMBER)
+    }
+}
+
 fn failed(e: ScheduleError) -> ToolError {
     if matches!(
         e,
@@ -121,12 +137,9 @@ impl CronTool {
             Some("skip") => CatchUp::Skip,
             _ => CatchUp::Once,
         };
-        let added = if ctx.sender_is_owner {
-            self.scheduler.add(new).await
-        } else if ctx.chain.is_empty() {
-            self.scheduler.add_limited(new, Limits::MEMBER).await
-        } else {
-            self.scheduler.add_limited(new, Limits::CHAINED).await
+        let added = match limits(ctx) {
+            None => self.scheduler.add(new).await,
+            Some(limits) => self.scheduler.add_limited(new, limits).await,
         };
         let job = added.map_err(failed)?;
         let mut result = json!({"added": job_json(&job)});
@@ -214,9 +227,8 @@ impl Tool for CronTool {
                 if let Some(why) = ctx.chain.refuses_run(&job.id) {
                     return Err(ToolError::Refused(why));
                 }
-                let limits = (!ctx.sender_is_owner).then_some(Limits::MEMBER);
                 self.scheduler
-                    .run_from(&job.id, &ctx.chain, limits)
+                    .run_from(&job.id, &ctx.chain, limits(ctx))
                     .await
                     .map_err(failed)?;
                 Ok(json!({"ran": job.id}).to_string())

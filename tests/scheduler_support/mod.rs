@@ -248,3 +248,28 @@ impl Rig {
             .expect("tasks stop");
     }
 }
+
+/// A tool call's context in chat `key`, from its owner or not.
+pub fn ctx(key: ChatKey, owner: bool) -> switchboard::agent::tool::ToolContext {
+    switchboard::agent::tool::ToolContext {
+        key,
+        sender_is_owner: owner,
+        workspace: std::path::PathBuf::from("."),
+        restrict_to_workspace: true,
+        cancel: CancellationToken::new(),
+        set_by: Vec::new(),
+        chain: Default::default(),
+    }
+}
+
+/// A chat other than [`key`].
+pub fn other() -> ChatKey {
+    "test:other".parse().unwrap()
+}
+
+/// A scheduler at noon on 2026-03-01 (UTC, default config) and its `cron` tool.
+pub async fn tool_rig(dir: &std::path::Path) -> (Rig, switchboard::scheduler::CronTool) {
+    let rig = Rig::start(dir, at("2026-03-01T12:00:00Z"), Config::default()).await;
+    let tool = switchboard::scheduler::CronTool::new(rig.scheduler.clone());
+    (rig, tool)
+}
