@@ -56,10 +56,16 @@ pub fn load_str(text: &str, base: &Path) -> Result<Loaded, ConfigError> {
     let mut warnings = Vec::new();
     unknown_keys(&value, &known, "", &mut warnings);
 
+    let llm_keys: Vec<String> = value
+        .get("llm")
+        .and_then(toml::Value::as_table)
+        .map(|t| t.keys().cloned().collect())
+        .unwrap_or_default();
     let mut config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         ConfigError::Invalid(format!("{path}: {}", friendly(&e.into_inner().to_string())))
     })?;
+    provider_defaults(&mut config.llm, &llm_keys);
     validate(&config, &mut warnings)?;
     resolve_paths(&mut config, base);
     super::places::check(&config)?;
@@ -69,6 +75,27 @@ pub fn load_str(text: &str, base: &Path) -> Result<Loaded, ConfigError> {
         path: None,
     })
 }
+
+/// With `provider = "anthropic"`, the `llm` keys left out default to Anthropic's address,
+/// key variable and a small model of theirs, not OpenAI's (`given`: the keys the file sets).
+fn provider_defaults(llm: &mut crate::config::LlmConfig, given: &[String]) {
+    if llm.provider != crate::config::Provider::Anthropic {
+        return;
+    }
+    let unset = |key: &str| !given.iter().any(|k| k == key);
+    if unset("base_url") {
+        llm.base_url = ANTHROPIC_URL.into();
+    }
+    if unset("api_key_env") {
+        llm.api_key_env = "ANTHROPIC_API_KEY".into();
+    }
+    if unset("model") {
+        llm.model = "claude-haiku-4-5".into();
+    }
+}
+
+/// Anthropic's API address, the default `llm.base_url` with `provider = "anthropic"`.
+const ANTHROPIC_URL: &str = "https://api.anthropic.com";
 
 /// Turn serde's wording into what a person editing a TOML file understands.
 /// Where and what, without the line itself: it may hold a secret pasted in the wrong place
@@ -239,7 +266,7 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
         return Err(invalid(
             "llm.base_url",
             format!(
-                "{:?} is OpenAI's; with provider = \"anthropic\" set base_url = \"https://api.anthropic.com\" (and api_key_env and model to Anthropic's)",
+                "{:?} is OpenAI's; with provider = \"anthropic\" set base_url = \"{ANTHROPIC_URL}\" or leave it out (and api_key_env and model: Anthropic's are taken when left out)",
                 l.base_url
             ),
         ));

@@ -84,7 +84,7 @@ fn each_invalid_class_names_the_key_path() {
             "agent: expected a table (a [section]) (got integer `5`)",
         ),
         (
-            "[llm]\nprovider = \"anthropic\"",
+            "[llm]\nprovider = \"anthropic\"\nbase_url = \"https://api.openai.com/v1\"",
             "llm.base_url: \"https://api.openai.com/v1\" is OpenAI's; with provider = \"anthropic\"",
         ),
         (
@@ -99,6 +99,32 @@ fn each_invalid_class_names_the_key_path() {
             "{text:?} gave {e:?}"
         );
     }
+}
+
+#[test]
+fn anthropic_left_at_its_defaults_gets_anthropics_not_openais() {
+    let l = load_str("[llm]\nprovider = \"anthropic\"", Path::new(".")).unwrap();
+    let llm = &l.config.llm;
+    assert_eq!(llm.base_url, "https://api.anthropic.com");
+    assert_eq!(llm.api_key_env, "ANTHROPIC_API_KEY");
+    assert_eq!(llm.model, "claude-haiku-4-5");
+    // What the file sets is kept.
+    let text = "[llm]\nprovider = \"anthropic\"\nbase_url = \"http://127.0.0.1:9\"\n\
+                api_key_env = \"MY_KEY\"\nmodel = \"claude-opus-4-1\"";
+    let l = load_str(text, Path::new(".")).unwrap();
+    let llm = &l.config.llm;
+    assert_eq!(
+        (
+            llm.base_url.as_str(),
+            llm.api_key_env.as_str(),
+            llm.model.as_str()
+        ),
+        ("http://127.0.0.1:9", "MY_KEY", "claude-opus-4-1")
+    );
+    // OpenAI's defaults stay OpenAI's.
+    let l = load_str("[llm]\nmodel = \"gpt-4.1\"", Path::new(".")).unwrap();
+    assert_eq!(l.config.llm.base_url, "https://api.openai.com/v1");
+    assert_eq!(l.config.llm.api_key_env, "OPENAI_API_KEY");
 }
 
 #[test]
