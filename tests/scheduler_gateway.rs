@@ -233,7 +233,7 @@ async fn a_heartbeat_is_composed_in_the_context_of_its_chat() {
 }
 
 #[tokio::test]
-async fn an_api_caller_sets_reminders_for_its_chat_as_a_member_and_they_are_kept_not_pushed() {
+async fn an_api_caller_sets_reminders_for_its_chat_only_and_they_are_kept_not_pushed() {
     let llm = FakeLlm::start().await;
     let env = Env::new(&llm.base_url(), "");
     let (running, shutdown) = env.start(Default::default()).await;
@@ -241,7 +241,8 @@ async fn an_api_caller_sets_reminders_for_its_chat_as_a_member_and_they_are_kept
         "cron",
         serde_json::json!({"action": "add", "message": "stretch", "every": "1h"}),
     ));
-    // Not the owner: nothing more often than once a minute, and no other chat.
+    // Not the owner: no other chat. But any schedule (it may call the model as often as it
+    // likes by itself).
     llm.push(Reply::tool_call(
         "cron",
         serde_json::json!({"action": "add", "message": "ping", "every": "30s"}),
@@ -260,13 +261,18 @@ async fn an_api_caller_sets_reminders_for_its_chat_as_a_member_and_they_are_kept
     assert_eq!(common::reply_text(&reply), "Set.");
     let key: ChatKey = "api:ops".parse().unwrap();
     let jobs = running.shared.scheduler.list(Some(&key));
-    assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].message, "stretch");
+    let mut set: Vec<_> = jobs.iter().map(|j| j.message.as_str()).collect();
+    set.sort_unstable();
+    assert_eq!(set, ["ping", "stretch"]);
     let reqs = llm.requests();
-    // The model was told the reminder is not pushed here, to say so, and was refused the rest.
+    // The model was told the reminders are not pushed here, to say so, and was refused the
+    // message to a new chat.
     let results = reqs[3].body.to_string();
     assert!(results.contains("not pushed"), "{results}");
-    assert!(results.contains("once a minute"), "{results}");
+    assert!(
+        !results.contains("runs more than once a minute"),
+        "{results}"
+    );
     assert!(
         results.contains("only the owner may message new chats"),
         "{results}"
