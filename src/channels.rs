@@ -23,6 +23,61 @@ pub fn built_in() -> Vec<&'static str> {
     names
 }
 
+/// Whether `key`'s chat id has the form its channel's ids take (a Telegram chat is a
+/// number, a Discord channel a snowflake, a Slack conversation an upper-case id with an
+/// optional thread `ts`): a job or heartbeat aimed at `telegram:@alice` would call the model
+/// at each run for a reply no platform takes. `Err` says what a key looks like. Channels
+/// of other names pass.
+pub fn check_chat_id(key: &switchboard_channel::ChatKey) -> Result<(), String> {
+    let id = key.chat_id.as_str();
+    let (ok, form) = match key.channel.as_str() {
+        "telegram" => {
+            let (chat, topic) = match id.split_once(":topic:") {
+                Some((c, t)) => (c, Some(t)),
+                None => (id, None),
+            };
+            (
+                chat.parse::<i64>().is_ok() && topic.is_none_or(|t| t.parse::<i32>().is_ok()),
+                "telegram:<chat id>, a number like telegram:123456789 (a group's is                  negative; a topic adds :topic:<n>); a @username is not a chat id",
+            )
+        }
+        "discord" => (
+            id.parse::<u64>().is_ok(),
+            "discord:<channel id>, a number like discord:112233445566778899",
+        ),
+        "slack" => {
+            let (conversation, ts) = match id.split_once(':') {
+                Some((c, t)) => (c, Some(t)),
+                None => (id, None),
+            };
+            let is_ts = |t: &str| {
+                t.split_once('.').is_some_and(|(a, b)| {
+                    !a.is_empty()
+                        && !b.is_empty()
+                        && (a.chars().chain(b.chars())).all(|c| c.is_ascii_digit())
+                })
+            };
+            (
+                !conversation.is_empty()
+                    && conversation
+                        .chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+                    && ts.is_none_or(is_ts),
+                "slack:<conversation id> like slack:C0123ABCD (a thread adds                  :<thread ts>, like slack:C0123ABCD:1700000000.000100)",
+            )
+        }
+        _ => return Ok(()),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{key}` is not a chat of {}: a key is {form}",
+            key.channel
+        ))
+    }
+}
+
 /// Chats of the HTTP API and the terminal get the answers to their own requests and
 /// nothing else: no reminder, heartbeat or `message` can reach them unasked.
 pub fn answers_only(key: &switchboard_channel::ChatKey) -> bool {
@@ -182,4 +237,41 @@ pub fn start_all(
         "this binary was built without the `slack` feature".into(),
     );
     let _ = (shared, registry, shutdown, tracker);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_chat_id;
+
+    #[test]
+    fn chat_ids_of_each_channel_take_its_form() {
+        let check = |k: &str| check_chat_id(&k.parse().unwrap());
+        for good in [
+            "telegram:123456",
+            "telegram:-1001234567890",
+            "telegram:-1001234567890:topic:7",
+            "discord:987654321",
+            "slack:C0123ABC",
+            "slack:D0DM00001",
+            "slack:C0123ABC:1700000000.000100",
+            "api:alice",
+            "cli:local",
+            "test:anything",
+        ] {
+            assert_eq!(check(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "telegram:@alice",
+            "telegram:abc",
+            "telegram:1:topic:x",
+            "discord:general",
+            "discord:-5",
+            "slack:general",
+            "slack:C0123ABC:latest",
+            "slack:C0123ABC:",
+        ] {
+            let e = check(bad).unwrap_err();
+            assert!(e.starts_with(&format!("`{bad}` is not a chat of ")), "{e}");
+        }
+    }
 }

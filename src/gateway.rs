@@ -35,7 +35,7 @@ pub enum GatewayError {
     Store(#[from] StoreError),
     // Not `source`: the message carries it, and a chain printed with `{:#}` would say it
     // twice.
-    #[error("cannot listen on {addr}: {cause}")]
+    #[error("gateway.http_listen: cannot listen on {addr}: {cause}")]
     Listen { addr: String, cause: std::io::Error },
     #[error("{0}")]
     Setup(String),
@@ -338,7 +338,7 @@ pub async fn start(
     });
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
-        http = ?http_addr,
+        http = %http_addr.map_or_else(|| "off".to_string(), |a| a.to_string()),
         "switchboard ready"
     );
     Ok(Running {

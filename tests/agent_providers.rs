@@ -471,3 +471,34 @@ async fn an_unreachable_provider_says_why() {
     assert!(e.to_string().contains("Connection refused"), "{e}");
     assert!(!e.to_string().contains(&port.to_string()), "no URL: {e}");
 }
+
+/// A provider nothing answers at (a server that is down, a wrong `llm.base_url`): 3 retries
+/// and no fallback model (they share its address), so the chat hears it in seconds rather
+/// than after the full backoff's 9 minutes.
+#[tokio::test]
+async fn an_unreachable_provider_gets_a_few_retries_and_no_fallback() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let inner = Arc::new(OpenAi::new(&url, None, Duration::from_secs(10)).unwrap());
+    let (sleep, sleeps) = recording_sleep();
+    let p = Resilient::new(inner, vec!["b".into(), "c".into()], 8).with_sleep(sleep);
+    let err = p.complete(&request("a"), None).await.unwrap_err();
+    assert!(matches!(err, LlmError::Unreachable(_)), "{err:?}");
+    assert_eq!(err.brief(), "the model provider cannot be reached");
+    let waits: Vec<f64> = sleeps
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_secs_f64())
+        .collect();
+    assert_eq!(
+        waits.len(),
+        3,
+        "3 retries of the first model only: {waits:?}"
+    );
+    assert!(waits.iter().sum::<f64>() < 17.0, "{waits:?}");
+}

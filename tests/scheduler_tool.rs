@@ -171,7 +171,21 @@ async fn bad_tool_arguments_come_back_as_errors_and_store_nothing() {
         ),
         (json!({"action": "remove"}), "missing required id"),
         (json!({"action": "pause"}), "unknown action"),
+        // A chat id its channel never gives: a model call at each run for nobody.
+        (
+            json!({"action": "add", "message": "x", "every": "1h", "key": "telegram:@alice"}),
+            "`telegram:@alice` is not a chat of telegram",
+        ),
+        (
+            json!({"action": "add", "message": "x", "every": "1h", "key": "slack:general"}),
+            "`slack:general` is not a chat of slack",
+        ),
     ] {
+        let c = if args.get("key").is_some() {
+            ctx(key(), true)
+        } else {
+            c.clone()
+        };
         let e = tool.call(args.clone(), &c).await.unwrap_err();
         assert!(e.to_string().contains(expect), "{args}: {e}");
     }

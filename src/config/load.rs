@@ -271,6 +271,27 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
             ),
         ));
     }
+    // One company's key sent to the other's server: a secret handed to a third party.
+    let (key_of_openai, key_of_anthropic) = (
+        l.api_key_env == "OPENAI_API_KEY",
+        l.api_key_env == "ANTHROPIC_API_KEY",
+    );
+    if (l.provider == crate::config::Provider::Anthropic && key_of_openai)
+        || (l.base_url.contains("api.openai.com") && key_of_anthropic)
+    {
+        return Err(invalid(
+            "llm.api_key_env",
+            format!(
+                "{:?} is where the other provider's key is usually kept, and it would be sent to this one; name the variable holding this provider's key (e.g. {:?})",
+                l.api_key_env,
+                if key_of_openai {
+                    "ANTHROPIC_API_KEY"
+                } else {
+                    "OPENAI_API_KEY"
+                }
+            ),
+        ));
+    }
     if l.model.trim().is_empty() {
         return Err(invalid("llm.model", "must not be empty"));
     }
@@ -356,6 +377,12 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
         "last" => None,
         t => Some(t.parse::<switchboard_channel::ChatKey>()),
     };
+    if let Some(Err(why)) = target.as_ref().map(|k| match k {
+        Ok(key) => crate::channels::check_chat_id(key),
+        Err(_) => Ok(()),
+    }) {
+        return Err(invalid("heartbeat.target", why));
+    }
     match target {
         None => {}
         Some(Err(_)) => {

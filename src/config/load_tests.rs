@@ -78,6 +78,10 @@ fn each_invalid_class_names_the_key_path() {
             "heartbeat.active_hours",
         ),
         ("[heartbeat]\ntarget = \"nowhere\"", "heartbeat.target"),
+        (
+            "[heartbeat]\ntarget = \"telegram:@alice\"",
+            "heartbeat.target: `telegram:@alice` is not a chat of telegram: a key is telegram:<chat id>",
+        ),
         ("[llm]\nbase_url = \"ftp://x\"", "llm.base_url"),
         (
             "agent = 5",
@@ -86,6 +90,14 @@ fn each_invalid_class_names_the_key_path() {
         (
             "[llm]\nprovider = \"anthropic\"\nbase_url = \"https://api.openai.com/v1\"",
             "llm.base_url: \"https://api.openai.com/v1\" is OpenAI's; with provider = \"anthropic\"",
+        ),
+        (
+            "[llm]\nprovider = \"anthropic\"\napi_key_env = \"OPENAI_API_KEY\"",
+            "llm.api_key_env: \"OPENAI_API_KEY\" is where the other provider's key is usually kept",
+        ),
+        (
+            "[llm]\napi_key_env = \"ANTHROPIC_API_KEY\"",
+            "llm.api_key_env: \"ANTHROPIC_API_KEY\" is where the other provider's key is usually kept",
         ),
         (
             "[channels.discord]\nallow_from = [\"\"]",
@@ -299,4 +311,22 @@ fn a_data_dir_in_the_workspace_is_refused_while_the_agent_is_confined_to_it() {
     let free = "[gateway]\ndata_dir = \"ws/data\"\nworkspace = \"ws\"\n\
                 [agent]\nrestrict_to_workspace = false";
     assert_eq!(load(free), Ok(()));
+}
+
+#[test]
+fn a_data_dir_or_workspace_that_is_a_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("afile"), "x").unwrap();
+    for key in ["data_dir", "workspace"] {
+        let text = format!("[gateway]\n{key} = \"afile\"");
+        let e = load_str(&text, dir.path())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("gateway.{key}: "))
+                && e.ends_with("afile is a file, not a folder"),
+            "{e}"
+        );
+    }
 }

@@ -22,6 +22,17 @@ const STORE_FOLDERS: [&str; 2] = ["store", "journal"];
 /// when the agent is confined to the workspace. The paths are absolute (resolved against
 /// the config file's folder); links in the part that exists are followed.
 pub(super) fn check(c: &Config) -> Result<(), ConfigError> {
+    for (key, path) in [
+        ("gateway.data_dir", &c.gateway.data_dir),
+        ("gateway.workspace", &c.gateway.workspace),
+    ] {
+        if path.exists() && !path.is_dir() {
+            return Err(ConfigError::Invalid(format!(
+                "{key}: {} is a file, not a folder",
+                path.display()
+            )));
+        }
+    }
     if !c.agent.restrict_to_workspace {
         return Ok(());
     }

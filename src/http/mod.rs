@@ -133,7 +133,7 @@ mod tests {
         };
         let said = format!("{:#}", anyhow::Error::from(e));
         assert!(
-            said.starts_with(&format!("cannot listen on {addr}: ")),
+            said.starts_with(&format!("gateway.http_listen: cannot listen on {addr}: ")),
             "{said}"
         );
         assert_eq!(said.matches("in use").count(), 1, "{said}");

@@ -205,7 +205,11 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Durati
 }
 
 pub(crate) fn transport(e: reqwest::Error) -> LlmError {
-    LlmError::Unavailable(with_causes(e))
+    if e.is_connect() {
+        LlmError::Unreachable(with_causes(e))
+    } else {
+        LlmError::Unavailable(with_causes(e))
+    }
 }
 
 /// A transport error with what caused it ("error sending request: client error (Connect):

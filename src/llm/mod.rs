@@ -138,9 +138,13 @@ pub enum LlmError {
     /// 429 (with the server's `Retry-After` when it sent one).
     #[error("rate limited by the model provider")]
     RateLimited { retry_after: Option<Duration> },
-    /// 5xx / 529 or a connection failure: worth retrying.
+    /// 5xx / 529, a timeout or a connection cut: worth retrying.
     #[error("model provider unavailable: {0}")]
     Unavailable(String),
+    /// No connection could be made (refused, no such host, connect timeout): retried a few
+    /// times only, and the fallback models (on the same server) are not tried.
+    #[error("model provider unreachable: {0}")]
+    Unreachable(String),
     /// 5xx / 529 with the server's `Retry-After`: retried when it says.
     #[error("model provider unavailable: {detail} (retry after {retry_after:?})")]
     Overloaded {
@@ -171,6 +175,7 @@ impl LlmError {
             LlmError::Unavailable(_) | LlmError::Overloaded { .. } => {
                 "the model provider is unavailable".into()
             }
+            LlmError::Unreachable(_) => "the model provider cannot be reached".into(),
             LlmError::ContextOverflow => "the conversation is too long for the model".into(),
             LlmError::QuotaExhausted { .. } => {
                 "the gateway's account at the model provider has no quota or credit left".into()
@@ -212,7 +217,10 @@ impl LlmError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            LlmError::RateLimited { .. } | LlmError::Unavailable(_) | LlmError::Overloaded { .. }
+            LlmError::RateLimited { .. }
+                | LlmError::Unavailable(_)
+                | LlmError::Overloaded { .. }
+                | LlmError::Unreachable(_)
         )
     }
 }

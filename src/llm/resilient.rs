@@ -2,7 +2,8 @@
 //! (2 s·2^(n-1) ±20 %, `Retry-After` honoured) up to `llm.max_retries`, then each of
 //! `llm.fallback_models` in order; a model that failed cools down before it is tried again.
 //! A server that asks for a longer wait than the longest backoff (a 429 or 5xx with an
-//! hour's `Retry-After`) sends the request on to the next model at once.
+//! hour's `Retry-After`) sends the request on to the next model at once. A server no
+//! connection can be made to gets 3 retries, and no fallback (they share its address).
 //!
 //! The sleep function is injectable so tests can observe the delays without waiting.
 
@@ -27,6 +28,10 @@ const BASE_DELAY: Duration = Duration::from_secs(2);
 const MAX_DELAY: Duration = Duration::from_secs(256);
 /// How long a model that exhausted its retries is skipped.
 const COOL_DOWN: Duration = Duration::from_secs(60);
+/// Retries of a provider no connection could be made to (2 + 4 + 8 s): a server that is
+/// down or a wrong `llm.base_url` is told to the chat in seconds, not after the full
+/// backoff's 9 minutes (a reminder still goes out, in its own words).
+const UNREACHABLE_RETRIES: u32 = 3;
 
 /// Retries, fallbacks and cool-downs around any provider.
 pub struct Resilient {
@@ -100,6 +105,14 @@ impl Resilient {
         }
     }
 
+    /// How many retries `err` gets: `llm.max_retries`, fewer when nothing answers at all.
+    fn retries_for(&self, err: &LlmError) -> u32 {
+        match err {
+            LlmError::Unreachable(_) => self.max_retries.min(UNREACHABLE_RETRIES),
+            _ => self.max_retries,
+        }
+    }
+
     fn delay_for(attempt: u32, err: &LlmError) -> Duration {
         match Self::asked_wait(err) {
             // At most MAX_DELAY (longer goes to the next model), and never no pause at all.
@@ -144,11 +157,17 @@ impl LlmProvider for Resilient {
                         last_err = e;
                         break;
                     }
-                    Err(e) if e.is_retryable() && attempt < self.max_retries => {
+                    Err(e) if e.is_retryable() && attempt < self.retries_for(&e) => {
                         attempt += 1;
                         let wait = Self::delay_for(attempt, &e);
                         tracing::warn!(%model, attempt, ?wait, "LLM request failed, retrying: {e}");
                         (self.sleep)(wait).await;
+                    }
+                    // The fallbacks are on the same server.
+                    Err(e @ LlmError::Unreachable(_)) => {
+                        tracing::warn!(%model, "giving up: {e}");
+                        self.cool(&model);
+                        return Err(e);
                     }
                     Err(e) => {
                         tracing::warn!(%model, "giving up on this model: {e}");

@@ -197,7 +197,7 @@ impl Scheduler {
         let known = crate::channels::built_in();
         let registered = |b: &Arc<Bus>| b.outbox().has_channel(&key.channel);
         if known.contains(&key.channel.as_str()) || self.bus.as_ref().is_some_and(registered) {
-            return Ok(());
+            return crate::channels::check_chat_id(key).map_err(ScheduleError::BadKey);
         }
         Err(ScheduleError::UnknownChannel {
             channel: key.channel.clone(),
@@ -277,7 +277,10 @@ impl Scheduler {
             self.store.commit(batch).await?;
         }
         self.wake.notify_one();
-        tracing::info!(id = %job.id, key = %job.key, next = ?job.next_run, "cron job added");
+        let next = job
+            .next_run
+            .map_or_else(|| "never".into(), |t| t.to_rfc3339());
+        tracing::info!(id = %job.id, key = %job.key, %next, "cron job added");
         Ok(job)
     }
 

@@ -100,6 +100,9 @@ pub enum ScheduleError {
         key: String,
         known: String,
     },
+    /// A chat id its channel never gives (`telegram:@alice`).
+    #[error("{0}")]
+    BadKey(String),
     #[error("no job with id {0:?}")]
     NotFound(String),
     #[error("the gateway is stopping: run the job again once it is back")]

@@ -64,6 +64,17 @@ pub(crate) fn classify(err: &RequestError) -> Failure {
     }
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::RetryAfter(d) => write!(f, "Telegram asked to wait {}s", d.as_secs()),
+            Failure::Transient(t) | Failure::Conflict(t) | Failure::Permanent(t) => f.write_str(t),
+            Failure::Unauthorized => f.write_str("the bot token was refused"),
+            Failure::WebhookActive => f.write_str("a webhook is set"),
+        }
+    }
+}
+
 impl Failure {
     /// The matching [`SendError`].
     pub(crate) fn into_send_error(self) -> SendError {

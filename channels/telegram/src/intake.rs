@@ -85,7 +85,7 @@ impl Intake<'_> {
                     }
                     f => {
                         let d = backoff.next_delay();
-                        tracing::warn!(error = ?f, retry_in = ?d, "telegram: getMe failed");
+                        tracing::warn!(retry_in = ?d, "telegram: getMe failed: {f}");
                         self.down("getMe failed");
                         if !self.pause(d).await {
                             return Ok(None);

@@ -351,8 +351,8 @@ impl Sender<'_> {
             if attempt >= self.attempts {
                 return Err(PostError::Failed(failure.into_send_error()));
             }
-            tracing::warn!(chat = target.chat, attempt, wait = ?wait, error = ?failure,
-                "telegram: sendMessage failed, retrying");
+            tracing::warn!(chat = target.chat, attempt, wait = ?wait,
+                "telegram: sendMessage failed, retrying: {failure}");
             tokio::time::sleep(wait).await;
         }
     }

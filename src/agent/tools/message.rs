@@ -37,6 +37,8 @@ impl Tool for Message {
         let key: ChatKey = raw
             .parse()
             .map_err(|e| ToolError::InvalidArguments(format!("key: {e}")))?;
+        crate::channels::check_chat_id(&key)
+            .map_err(|e| ToolError::InvalidArguments(format!("key: {e}")))?;
         if !ctx.sender_is_owner && !self.publisher.known_key(&key) {
             return Err(ToolError::Refused(format!(
                 "{key} is not a chat this gateway has talked with; only the owner may message new chats"
