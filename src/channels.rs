@@ -24,9 +24,9 @@ pub fn built_in() -> Vec<&'static str> {
 }
 
 /// Whether `key`'s chat id has the form its channel's ids take (a Telegram chat is a
-/// number, a Discord channel a snowflake, a Slack conversation an upper-case id with an
+/// number, a Discord channel a snowflake, a Slack conversation an id or a name with an
 /// optional thread `ts`): a job or heartbeat aimed at `telegram:@alice` would call the model
-/// at each run for a reply no platform takes. `Err` says what a key looks like. Channels
+/// at each run for a reply the platform refuses. `Err` says what a key looks like. Channels
 /// of other names pass.
 pub fn check_chat_id(key: &switchboard_channel::ChatKey) -> Result<(), String> {
     let id = key.chat_id.as_str();
@@ -38,7 +38,8 @@ pub fn check_chat_id(key: &switchboard_channel::ChatKey) -> Result<(), String> {
             };
             (
                 chat.parse::<i64>().is_ok() && topic.is_none_or(|t| t.parse::<i32>().is_ok()),
-                "telegram:<chat id>, a number like telegram:123456789 (a group's is                  negative; a topic adds :topic:<n>); a @username is not a chat id",
+                "telegram:<chat id>, a number like telegram:123456789 (a group's is negative; \
+                 a topic adds :topic:<n>); a @username is not a chat id",
             )
         }
         "discord" => (
@@ -50,6 +51,13 @@ pub fn check_chat_id(key: &switchboard_channel::ChatKey) -> Result<(), String> {
                 Some((c, t)) => (c, Some(t)),
                 None => (id, None),
             };
+            // An id (`C0123ABCD`) or a name (`general`, `#general`): chat.postMessage takes
+            // both.
+            let name = conversation.strip_prefix('#').unwrap_or(conversation);
+            let named = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'));
             let is_ts = |t: &str| {
                 t.split_once('.').is_some_and(|(a, b)| {
                     !a.is_empty()
@@ -58,12 +66,9 @@ pub fn check_chat_id(key: &switchboard_channel::ChatKey) -> Result<(), String> {
                 })
             };
             (
-                !conversation.is_empty()
-                    && conversation
-                        .chars()
-                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
-                    && ts.is_none_or(is_ts),
-                "slack:<conversation id> like slack:C0123ABCD (a thread adds                  :<thread ts>, like slack:C0123ABCD:1700000000.000100)",
+                named && ts.is_none_or(is_ts),
+                "slack:<conversation id or name> like slack:C0123ABCD (a thread adds \
+                 :<thread ts>, like slack:C0123ABCD:1700000000.000100)",
             )
         }
         _ => return Ok(()),
@@ -253,7 +258,11 @@ mod tests {
             "discord:987654321",
             "slack:C0123ABC",
             "slack:D0DM00001",
+            "slack:G0MPIM001",
             "slack:C0123ABC:1700000000.000100",
+            "slack:D0DM00001:1700000000.000100",
+            "slack:general",
+            "slack:#general",
             "api:alice",
             "cli:local",
             "test:anything",
@@ -266,12 +275,18 @@ mod tests {
             "telegram:1:topic:x",
             "discord:general",
             "discord:-5",
-            "slack:general",
+            "slack:two words",
             "slack:C0123ABC:latest",
             "slack:C0123ABC:",
         ] {
             let e = check(bad).unwrap_err();
             assert!(e.starts_with(&format!("`{bad}` is not a chat of ")), "{e}");
         }
+        assert_eq!(
+            check("telegram:@alice").unwrap_err(),
+            "`telegram:@alice` is not a chat of telegram: a key is telegram:<chat id>, a number \
+             like telegram:123456789 (a group's is negative; a topic adds :topic:<n>); a \
+             @username is not a chat id"
+        );
     }
 }

@@ -472,9 +472,28 @@ async fn an_unreachable_provider_says_why() {
     assert!(!e.to_string().contains(&port.to_string()), "no URL: {e}");
 }
 
-/// A provider nothing answers at (a server that is down, a wrong `llm.base_url`): 3 retries
-/// and no fallback model (they share its address), so the chat hears it in seconds rather
-/// than after the full backoff's 9 minutes.
+/// A provider nothing answers at (a server that is down, a wrong `llm.base_url`): 5 retries
+/// and no fallback model (they share its address), so the chat hears it in about a minute
+/// rather than after the full backoff's 9 minutes; nor is the model cooled down, so once the
+/// server is back it is asked first again.
+/// The models a provider was asked for, in order, before it passes the request on.
+struct Recording {
+    inner: Arc<dyn LlmProvider>,
+    asked: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl LlmProvider for Recording {
+    async fn complete(
+        &self,
+        req: &LlmRequest,
+        on_delta: Option<DeltaSink>,
+    ) -> Result<switchboard::llm::LlmResponse, LlmError> {
+        self.asked.lock().unwrap().push(req.model.clone());
+        self.inner.complete(req, on_delta).await
+    }
+}
+
 #[tokio::test]
 async fn an_unreachable_provider_gets_a_few_retries_and_no_fallback() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -483,9 +502,12 @@ async fn an_unreachable_provider_gets_a_few_retries_and_no_fallback() {
         .unwrap()
         .port();
     let url = format!("http://127.0.0.1:{port}/v1");
-    let inner = Arc::new(OpenAi::new(&url, None, Duration::from_secs(10)).unwrap());
+    let inner = Arc::new(Recording {
+        inner: Arc::new(OpenAi::new(&url, None, Duration::from_secs(10)).unwrap()),
+        asked: Mutex::default(),
+    });
     let (sleep, sleeps) = recording_sleep();
-    let p = Resilient::new(inner, vec!["b".into(), "c".into()], 8).with_sleep(sleep);
+    let p = Resilient::new(inner.clone(), vec!["b".into(), "c".into()], 8).with_sleep(sleep);
     let err = p.complete(&request("a"), None).await.unwrap_err();
     assert!(matches!(err, LlmError::Unreachable(_)), "{err:?}");
     assert_eq!(err.brief(), "the model provider cannot be reached");
@@ -497,8 +519,12 @@ async fn an_unreachable_provider_gets_a_few_retries_and_no_fallback() {
         .collect();
     assert_eq!(
         waits.len(),
-        3,
-        "3 retries of the first model only: {waits:?}"
+        5,
+        "5 retries of the first model only: {waits:?}"
     );
-    assert!(waits.iter().sum::<f64>() < 17.0, "{waits:?}");
+    assert!(waits.iter().sum::<f64>() < 75.0, "{waits:?}");
+    // Not cooled down: the next request asks the same model first, not its fallback.
+    let _ = p.complete(&request("a"), None).await;
+    let asked = inner.asked.lock().unwrap().clone();
+    assert_eq!(asked, vec!["a"; 12], "{asked:?}");
 }

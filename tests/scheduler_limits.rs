@@ -1,5 +1,5 @@
 //! The limits of the `cron` tool for those who are not the owner: schedules at most once a
-//! minute and 20 jobs a chat for chat members, any schedule for callers of the HTTP API,
+//! minute and 20 jobs a chat for chat members, every 30 s for callers of the HTTP API,
 //! `cron run` at most once a minute, and no job run from a turn its own run led to.
 
 mod scheduler_support;
@@ -78,33 +78,54 @@ async fn jobs_set_by_others_than_the_owner_run_at_most_once_a_minute_and_20_a_ch
     rig.stop().await;
 }
 
-/// A caller of the HTTP API may call the model as often as it likes by itself, so it sets
-/// any schedule DESIGN lists (`every = "30s"`, crontab with seconds) and runs a job again at
-/// once; it keeps the cap of 20 jobs a chat, and no owner's reach over other chats.
+/// A caller of the HTTP API may call the model as often as it likes while it is connected,
+/// so it sets jobs as often as DESIGN's `every = "30s"` (crontab with seconds too), not
+/// more (a job goes on after its caller left), runs a job again after 30 s, and keeps the
+/// cap of 20 jobs a chat and no owner's reach over other chats.
 #[tokio::test(start_paused = true)]
-async fn a_caller_of_the_api_sets_any_schedule_but_stays_in_its_chat() {
+async fn a_caller_of_the_api_sets_jobs_every_30s_but_stays_in_its_chat() {
     let dir = tempfile::tempdir().unwrap();
     let (rig, tool) = tool_rig(dir.path()).await;
     let api: ChatKey = "api:bob".parse().unwrap();
     let caller = ctx(api.clone(), false);
-    let mut id = String::new();
-    for (schedule, value) in [("every", "30s"), ("cron", "*/10 * * * * *")] {
+    let mut ids = Vec::new();
+    for (schedule, value) in [
+        ("every", "1h"),
+        ("every", "30s"),
+        ("cron", "0,30 * * * * *"),
+    ] {
         let args = json!({"action": "add", "message": "ping", schedule: value});
         let added: Value = serde_json::from_str(&tool.call(args, &caller).await.unwrap()).unwrap();
-        id = added["added"]["id"].as_str().unwrap().to_string();
+        ids.push(added["added"]["id"].as_str().unwrap().to_string());
     }
-    for _ in 0..2 {
-        tokio::time::advance(Duration::from_millis(10)).await;
-        tool.call(json!({"action": "run", "id": id}), &caller)
-            .await
-            .unwrap();
+    let id = &ids[0];
+    for (schedule, value) in [
+        ("every", "29s"),
+        ("cron", "*/10 * * * * *"),
+        ("cron", "0,1 * * * * *"),
+    ] {
+        let args = json!({"action": "add", "message": "ping", schedule: value});
+        let e = tool.call(args, &caller).await.unwrap_err();
+        assert!(
+            matches!(&e, ToolError::Refused(m) if m.contains("runs more often than every 30s")),
+            "{schedule} {value}: {e:?}"
+        );
     }
+    let run = || tool.call(json!({"action": "run", "id": id}), &caller);
+    run().await.unwrap();
+    let e = run().await.unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Refused(m) if m.contains("ran less than 30s ago") && m.contains("in 30s")),
+        "{e:?}"
+    );
+    tokio::time::advance(Duration::from_secs(31)).await;
+    run().await.unwrap();
     let elsewhere = json!({"action": "add", "message": "x", "every": "1h", "key": "test:other"});
     assert!(matches!(
         tool.call(elsewhere, &caller).await,
         Err(ToolError::Refused(_))
     ));
-    for i in 2..20 {
+    for i in 3..20 {
         let args = json!({"action": "add", "message": format!("job {i}"), "every": "1h"});
         tool.call(args, &caller).await.unwrap();
     }
@@ -115,7 +136,7 @@ async fn a_caller_of_the_api_sets_any_schedule_but_stays_in_its_chat() {
         "{e:?}"
     );
     assert_eq!(rig.scheduler.list(Some(&api)).len(), 20);
-    assert_eq!(rig.scheduler.get(&id).unwrap().unwrap().runs.len(), 2);
+    assert_eq!(rig.scheduler.get(id).unwrap().unwrap().runs.len(), 2);
     rig.stop().await;
 }
 

@@ -177,8 +177,8 @@ async fn bad_tool_arguments_come_back_as_errors_and_store_nothing() {
             "`telegram:@alice` is not a chat of telegram",
         ),
         (
-            json!({"action": "add", "message": "x", "every": "1h", "key": "slack:general"}),
-            "`slack:general` is not a chat of slack",
+            json!({"action": "add", "message": "x", "every": "1h", "key": "slack:two words"}),
+            "`slack:two words` is not a chat of slack",
         ),
     ] {
         let c = if args.get("key").is_some() {

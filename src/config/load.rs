@@ -276,8 +276,8 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
         l.api_key_env == "OPENAI_API_KEY",
         l.api_key_env == "ANTHROPIC_API_KEY",
     );
-    if (l.provider == crate::config::Provider::Anthropic && key_of_openai)
-        || (l.base_url.contains("api.openai.com") && key_of_anthropic)
+    if (l.base_url.contains("anthropic.com") && key_of_openai)
+        || (l.base_url.contains("openai.com") && key_of_anthropic)
     {
         return Err(invalid(
             "llm.api_key_env",

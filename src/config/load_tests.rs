@@ -96,6 +96,10 @@ fn each_invalid_class_names_the_key_path() {
             "llm.api_key_env: \"OPENAI_API_KEY\" is where the other provider's key is usually kept",
         ),
         (
+            "[llm]\nbase_url = \"https://api.anthropic.com/v1\"",
+            "llm.api_key_env: \"OPENAI_API_KEY\" is where the other provider's key is usually kept",
+        ),
+        (
             "[llm]\napi_key_env = \"ANTHROPIC_API_KEY\"",
             "llm.api_key_env: \"ANTHROPIC_API_KEY\" is where the other provider's key is usually kept",
         ),
@@ -133,6 +137,10 @@ fn anthropic_left_at_its_defaults_gets_anthropics_not_openais() {
         ),
         ("http://127.0.0.1:9", "MY_KEY", "claude-opus-4-1")
     );
+    // A proxy speaking Anthropic's protocol may take any variable, OpenAI's too.
+    let proxy = "[llm]\nprovider = \"anthropic\"\nbase_url = \"http://localhost:4000\"\n\
+                 api_key_env = \"OPENAI_API_KEY\"";
+    assert!(load_str(proxy, Path::new(".")).is_ok());
     // OpenAI's defaults stay OpenAI's.
     let l = load_str("[llm]\nmodel = \"gpt-4.1\"", Path::new(".")).unwrap();
     assert_eq!(l.config.llm.base_url, "https://api.openai.com/v1");

@@ -3,7 +3,7 @@
 //! `llm.fallback_models` in order; a model that failed cools down before it is tried again.
 //! A server that asks for a longer wait than the longest backoff (a 429 or 5xx with an
 //! hour's `Retry-After`) sends the request on to the next model at once. A server no
-//! connection can be made to gets 3 retries, and no fallback (they share its address).
+//! connection can be made to gets 5 retries, and no fallback (they share its address).
 //!
 //! The sleep function is injectable so tests can observe the delays without waiting.
 
@@ -28,10 +28,11 @@ const BASE_DELAY: Duration = Duration::from_secs(2);
 const MAX_DELAY: Duration = Duration::from_secs(256);
 /// How long a model that exhausted its retries is skipped.
 const COOL_DOWN: Duration = Duration::from_secs(60);
-/// Retries of a provider no connection could be made to (2 + 4 + 8 s): a server that is
-/// down or a wrong `llm.base_url` is told to the chat in seconds, not after the full
-/// backoff's 9 minutes (a reminder still goes out, in its own words).
-const UNREACHABLE_RETRIES: u32 = 3;
+/// Retries of a provider no connection could be made to (2 + 4 + 8 + 16 + 32 s, about a
+/// minute: a server restarting, a network blip): one that stays down, or a wrong
+/// `llm.base_url`, is told to the chat then, not after the full backoff's 9 minutes (a
+/// reminder still goes out, in its own words).
+const UNREACHABLE_RETRIES: u32 = 5;
 
 /// Retries, fallbacks and cool-downs around any provider.
 pub struct Resilient {
@@ -163,10 +164,10 @@ impl LlmProvider for Resilient {
                         tracing::warn!(%model, attempt, ?wait, "LLM request failed, retrying: {e}");
                         (self.sleep)(wait).await;
                     }
-                    // The fallbacks are on the same server.
+                    // The fallbacks are on the same server; so the model is not cooled
+                    // down either (its fallback would come first once the server is back).
                     Err(e @ LlmError::Unreachable(_)) => {
                         tracing::warn!(%model, "giving up: {e}");
-                        self.cool(&model);
                         return Err(e);
                     }
                     Err(e) => {

@@ -120,14 +120,18 @@ impl CronExpr {
         })
     }
 
-    /// How many seconds of a minute the expression names (1 for every 5-field expression).
-    pub fn seconds_per_minute(&self) -> u32 {
-        // Every variant has the same seconds field.
-        self.schedules
-            .iter()
-            .map(|s| s.seconds().count())
-            .max()
-            .unwrap_or(0)
+    /// The shortest time in seconds between two seconds of a minute the expression names,
+    /// around the minute's end too (60 when it names one: every 5-field expression).
+    pub fn shortest_second_gap(&self) -> u32 {
+        let gap = |s: &cron::Schedule| {
+            let secs: Vec<u32> = s.seconds().iter().collect();
+            let wrap = secs
+                .first()
+                .zip(secs.last())
+                .map_or(60, |(first, last)| 60 - last + first);
+            secs.windows(2).map(|w| w[1] - w[0]).fold(wrap, u32::min)
+        };
+        self.schedules.iter().map(gap).min().unwrap_or(60)
     }
 
     /// The first run strictly after `after`, in `tz`, by the daylight-saving rules of the

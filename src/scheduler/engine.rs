@@ -24,16 +24,16 @@ const MAX_MESSAGE_CHARS: usize = 4_000;
 
 /// Limits on jobs set or run by someone other than the owner (through the `cron` tool):
 /// without them one chat member could have the gateway call the model every second, or
-/// pile up jobs without end. Such a job runs at most once a minute, by its schedule or by
-/// `cron run`. The owner, the CLI and the admin API are not limited. (A turn a job's run or a
+/// pile up jobs without end. Such a job runs at most once a minute (every 30 s when set
+/// through the HTTP API), by its schedule or by `cron run`. The owner, the CLI and the admin
+/// API are not limited. (A turn a job's run or a
 /// sub-agent's result started is never the owner's.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Enabled jobs a chat may hold for a new one to be accepted.
     pub max_jobs_per_chat: usize,
-    /// Least time between two runs of a job run now ([`Scheduler::run_from`]); unless it
-    /// is zero, a schedule that runs more often than once a minute is refused when it is
-    /// set.
+    /// Least time between two runs of a job: a schedule that runs more often is refused
+    /// when it is set, and [`Scheduler::run_from`] refuses a run sooner after the last.
     pub min_interval: std::time::Duration,
     /// Least time from now to a new job's first run.
     pub min_lead: std::time::Duration,
@@ -52,11 +52,11 @@ impl Limits {
         min_lead: std::time::Duration::from_secs(60),
         ..Limits::MEMBER
     };
-    /// For a caller of the HTTP API: no least time between runs, since it may call the
-    /// model as often as it likes by itself anyway (DESIGN's `every = "30s"` holds for it);
-    /// only the cap on a chat's jobs.
+    /// For a caller of the HTTP API, which may call the model as often as it likes by
+    /// itself while it is connected: jobs as often as every 30 s (DESIGN's `every = "30s"`),
+    /// not more, as a job goes on after its caller left.
     pub const API: Limits = Limits {
-        min_interval: std::time::Duration::ZERO,
+        min_interval: std::time::Duration::from_secs(30),
         ..Limits::MEMBER
     };
 }
@@ -238,9 +238,12 @@ impl Scheduler {
         let tz = parse_tz(tz_name)?;
         let now = self.clock.now();
         let schedule = Schedule::parse(&new.schedule, tz, now)?;
-        let floor = limits.is_some_and(|l| !l.min_interval.is_zero());
-        if floor && schedule.more_than_once_a_minute() {
-            return Err(ScheduleError::TooFrequent(schedule.describe(tz)));
+        let floor = limits.map_or(std::time::Duration::ZERO, |l| l.min_interval);
+        if schedule.shortest_gap().is_some_and(|gap| gap < floor) {
+            return Err(ScheduleError::TooFrequent(
+                schedule.describe(tz),
+                floor.as_secs(),
+            ));
         }
         let next_run = next_after(&schedule, tz, now);
         let lead = limits.map_or(std::time::Duration::ZERO, |l| l.min_lead);
@@ -393,6 +396,7 @@ impl Scheduler {
                 return Err(ScheduleError::RanRecently {
                     id: id.to_string(),
                     wait_secs: wait,
+                    floor_secs: limits.min_interval.as_secs(),
                 });
             }
         }

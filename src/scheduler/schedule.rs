@@ -69,21 +69,25 @@ pub enum ScheduleError {
     BadCron { expr: String, reason: String },
     #[error("the cron expression {0:?} never fires")]
     Never(String),
-    #[error(
-        "{0} runs more than once a minute, and a job set by someone other than the owner runs \
-         at most once a minute: use every \"1m\" or more, or 5-field cron like \"*/5 * * * *\""
-    )]
-    TooFrequent(String),
+    /// A schedule that runs more often than the limit (in seconds) of who set it.
+    #[error("{}", too_frequent(.0, *.1))]
+    TooFrequent(String, u64),
     #[error(
         "this chat already has {0} active jobs, the most that may be set here: remove one \
          first (action \"list\" shows their ids), or ask the owner to set it"
     )]
     TooManyJobs(usize),
     #[error(
-        "job {id} ran less than a minute ago, and a job run for someone other than the owner \
-         runs at most once a minute: run it again in {wait_secs}s"
+        "job {id} ran less than {} ago, and a job run for someone other than the owner runs at \
+         most once {}: run it again in {wait_secs}s",
+        span(*.floor_secs, "a minute", ""),
+        span(*.floor_secs, "a minute", "every ")
     )]
-    RanRecently { id: String, wait_secs: u64 },
+    RanRecently {
+        id: String,
+        wait_secs: u64,
+        floor_secs: u64,
+    },
     #[error(
         "this turn comes from a job's run or a sub-agent's result, and a job set from there \
          first runs {0}s from now at the earliest: give a later time"
@@ -111,6 +115,31 @@ pub enum ScheduleError {
     Disabled,
     #[error("the scheduler could not store the job: {0}")]
     Store(String),
+}
+
+/// `minute` for a floor of a minute or more, else the floor in seconds after `lead`
+/// (`every 30s`).
+fn span(floor_secs: u64, minute: &str, lead: &str) -> String {
+    if floor_secs >= 60 {
+        minute.to_string()
+    } else {
+        format!("{lead}{floor_secs}s")
+    }
+}
+
+fn too_frequent(schedule: &str, floor: u64) -> String {
+    if floor >= 60 {
+        format!(
+            "{schedule} runs more than once a minute, and a job set by someone other than the \
+             owner runs at most once a minute: use every \"1m\" or more, or 5-field cron like \
+             \"*/5 * * * *\""
+        )
+    } else {
+        format!(
+            "{schedule} runs more often than every {floor}s, the most often a job set through \
+             the HTTP API may run: use every \"{floor}s\" or more"
+        )
+    }
 }
 
 impl ScheduleError {
@@ -184,11 +213,15 @@ impl Schedule {
     /// crontab naming more than one second of the minute (`* * * * * *`). A crontab job runs
     /// at most once in each second it names, so one second means a minute or more between
     /// runs.
-    pub fn more_than_once_a_minute(&self) -> bool {
+    /// The shortest time between two runs: `None` for a one-shot job; a minute at the
+    /// least for a 5-field crontab.
+    pub fn shortest_gap(&self) -> Option<Duration> {
         match self {
-            Schedule::At { .. } => false,
-            Schedule::Every { every_ms, .. } => *every_ms < 60_000,
-            Schedule::Cron { expr } => compile_cron(expr).is_ok_and(|c| c.seconds_per_minute() > 1),
+            Schedule::At { .. } => None,
+            Schedule::Every { every_ms, .. } => Some(Duration::from_millis(*every_ms)),
+            Schedule::Cron { expr } => compile_cron(expr)
+                .ok()
+                .map(|c| Duration::from_secs(c.shortest_second_gap().into())),
         }
     }
 

@@ -47,8 +47,9 @@ fn job_json(job: &Job) -> Value {
 
 /// What the caller may set and run: the owner anything; a turn that a job's run or a
 /// sub-agent's result led to sets jobs a minute ahead at the earliest; a caller of the HTTP
-/// API (which may call the model as often as it likes by itself) sets any schedule; other
-/// chat members at most once a minute. All but the owner hold 20 jobs a chat at most.
+/// API (which may call the model as often as it likes by itself while connected) jobs as
+/// often as every 30 s; other chat members at most once a minute. All but the owner hold
+/// 20 jobs a chat at most.
 fn limits(ctx: &ToolContext) -> Option<Limits> {
     if ctx.sender_is_owner {
         None
@@ -64,7 +65,7 @@ fn limits(ctx: &ToolContext) -> Option<Limits> {
 fn failed(e: ScheduleError) -> ToolError {
     if matches!(
         e,
-        ScheduleError::TooFrequent(_)
+        ScheduleError::TooFrequent(..)
             | ScheduleError::TooManyJobs(_)
             | ScheduleError::RanRecently { .. }
             | ScheduleError::TooSoon(_)
@@ -185,9 +186,9 @@ impl Tool for CronTool {
         "Schedule reminders and recurring jobs for this chat. action=add with message and one of \
          at (\"in 10m\", \"tomorrow 09:00\", RFC 3339), every (\"30m\") or cron (\"0 9 * * MON-FRI\"), \
          optional tz (IANA); action=list shows this chat's active jobs (the owner: key \"*\" for \
-         every chat's); action=remove or run with id. Unless the owner (or an API caller) \
-         asks, a job runs at most once a minute, and a chat holds at most 20. When a job \
-         fires you get its message and write the reminder."
+         every chat's); action=remove or run with id. Unless the owner asks, a job runs at \
+         most once a minute (every 30s for an API caller), and a chat holds at most 20. When \
+         a job fires you get its message and write the reminder."
     }
 
     fn schema(&self) -> Value {
@@ -197,7 +198,7 @@ impl Tool for CronTool {
                 "action": {"type": "string", "enum": ["add", "list", "remove", "run"]},
                 "message": {"type": "string", "description": "add: what to do or say when the job fires"},
                 "at": {"type": "string", "description": "add, once: RFC 3339, \"in 10m\", \"2026-11-22 09:00\" or \"tomorrow 09:00\" (in tz)"},
-                "every": {"type": "string", "description": "add, repeating: a duration like \"30m\" or \"1h\" (at least 1m; 1s when the owner or an API caller asks)"},
+                "every": {"type": "string", "description": "add, repeating: a duration like \"30m\" or \"1h\" (at least 1m, 30s for an API caller; 1s when the owner asks)"},
                 "cron": {"type": "string", "description": "add, repeating: crontab \"min hour day month weekday\", Sunday = 0 or 7"},
                 "tz": {"type": "string", "description": "add: IANA timezone like \"Europe/Berlin\" (default: the gateway's)"},
                 "delivery": {"type": "string", "enum": ["agent", "direct"], "description": "add: \"direct\" sends the message text as is, without you"},
