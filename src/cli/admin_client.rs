@@ -7,7 +7,7 @@ use anyhow::{Context, anyhow, bail};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::store::{SledStore, Store, StoreError};
+use crate::store::{SledStore, Store, StoreError, holder};
 
 /// Where a CLI command does its work.
 pub enum Target {
@@ -40,16 +40,18 @@ impl Target {
         let dir = &config.gateway.data_dir;
         // The store first: when it opens, no gateway runs, and the token is sent nowhere
         // (an `admin.addr` a crashed gateway left may name a port another program has now).
-        match SledStore::open_unless_locked(dir) {
+        let in_use = match SledStore::open_unless_locked(dir) {
             Ok(s) => return Ok(Target::Local(Arc::new(s))),
-            Err(StoreError::Locked(_)) => {}
+            Err(StoreError::Locked(in_use)) => in_use,
             Err(e) => return Err(e).context("opening the store"),
+        };
+        // Held by another command (an open `switchboard chat` prompt): no admin API to go
+        // through, whatever address a gateway that ran before left behind.
+        if holder::read(dir).is_some_and(|h| h.role != "gateway") {
+            bail!("{in_use}");
         }
         let Some((addr, token)) = crate::http::admin::running_at(dir) else {
-            bail!(
-                "the store in {} is in use by a running gateway, but it wrote no admin address",
-                dir.display()
-            );
+            bail!("{in_use}, and no gateway admin address is written there (one starting?)");
         };
         let http = reqwest::Client::builder()
             // Longer than the gateway waits for a reply (`chat`): it answers first.
@@ -71,10 +73,7 @@ impl Target {
                  file replaced while it runs? Restart the gateway",
                 dir.join("admin.token").display()
             ),
-            _ => bail!(
-                "the store in {} is in use by a running gateway, but its admin API did not answer",
-                dir.display()
-            ),
+            _ => bail!("{in_use}, but no gateway admin API answers at {addr}"),
         }
     }
 

@@ -1,7 +1,5 @@
 //! The CLI commands' bodies.
 
-use std::io::{BufRead, Write};
-
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use switchboard_channel::ChatKey;
@@ -12,40 +10,13 @@ use super::show::field;
 use super::{CronAction, PairingAction, SessionsAction};
 use crate::agent::session::Session;
 use crate::config::Loaded;
-use crate::gateway::{self, StartOptions};
+use crate::gateway;
 use crate::pairing;
 use crate::store::Batch;
 
-/// Cancel `token` on SIGINT or SIGTERM.
-pub fn cancel_on_signals(token: CancellationToken) {
-    tokio::spawn(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::error!("cannot listen for SIGTERM: {e}");
-                        let _ = ctrl_c.await;
-                        token.cancel();
-                        return;
-                    }
-                };
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = ctrl_c.await;
-        token.cancel();
-    });
-}
-
 pub async fn run(loaded: &Loaded) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    cancel_on_signals(shutdown.clone());
+    super::chat::cancel_on_signals(shutdown.clone());
     if let Some(p) = &loaded.path {
         tracing::info!("config: {}", p.display());
     } else {
@@ -53,76 +24,6 @@ pub async fn run(loaded: &Loaded) -> anyhow::Result<()> {
     }
     gateway::run(loaded, shutdown).await?;
     Ok(())
-}
-
-pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()> {
-    let target = Target::find(&loaded.config).await?;
-    if let Target::Remote { .. } = target {
-        return chat_loop(message, |text| {
-            let target = &target;
-            async move {
-                let v = target.post("/admin/chat", json!({"text": text})).await?;
-                Ok(v["reply"].as_str().unwrap_or_default().to_string())
-            }
-        })
-        .await;
-    }
-    // No gateway runs: close the store handle and start one in this process, without
-    // channels, HTTP, producers or the last run's unfinished work (all left for `run`).
-    drop(target);
-    let shutdown = CancellationToken::new();
-    let opts = StartOptions {
-        channels: false,
-        http: false,
-        background: false,
-        ..Default::default()
-    };
-    let running = gateway::start(loaded, opts, shutdown.clone()).await?;
-    let shared = running.shared.clone();
-    let result = chat_loop(message, |text| {
-        let shared = shared.clone();
-        async move {
-            shared
-                .ask_cli(&text, crate::http::api::REPLY_TIMEOUT)
-                .await
-                .map_err(anyhow::Error::msg)
-        }
-    })
-    .await;
-    shutdown.cancel();
-    running.stopped().await;
-    result
-}
-
-async fn chat_loop<F, Fut>(message: Option<String>, mut ask: F) -> anyhow::Result<()>
-where
-    F: FnMut(String) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<String>>,
-{
-    if let Some(m) = message {
-        out!("{}", ask(m).await?);
-        return Ok(());
-    }
-    let stdin = std::io::stdin();
-    loop {
-        print!("> ");
-        std::io::stdout().flush().ok();
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if matches!(line, "/quit" | "/exit") {
-            return Ok(());
-        }
-        match ask(line.to_string()).await {
-            Ok(reply) => out!("{reply}\n"),
-            Err(e) => eprintln!("error: {e:#}"),
-        }
-    }
 }
 
 pub fn config_check(loaded: &Loaded) -> anyhow::Result<()> {
@@ -136,7 +37,57 @@ pub fn config_check(loaded: &Loaded) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The channels pairing is for: the platforms, where strangers can write to the bot.
+const PAIRING_CHANNELS: [&str; 3] = ["telegram", "discord", "slack"];
+/// The channels a chat key may name (stored by any build).
+const CHAT_CHANNELS: [&str; 5] = ["telegram", "discord", "slack", "api", "cli"];
+
+/// `name` (any case) if it is one of `known`; else an error naming it (and where it was
+/// given, `place`), with the closest known name when one is near (`telegramm`), or the list.
+fn known_channel(name: &str, place: &str, known: &[&'static str]) -> anyhow::Result<String> {
+    let lower = name.trim().to_ascii_lowercase();
+    if known.contains(&lower.as_str()) {
+        return Ok(lower);
+    }
+    let hint = match crate::config::closest(&lower, known.iter().copied()) {
+        Some(c) => format!("did you mean \"{c}\"?"),
+        None => format!("one of {}", known.join(", ")),
+    };
+    bail!("unknown channel \"{}\"{place} ({hint})", field(name))
+}
+
+/// A session's key, refused when its channel is none a chat can be on.
+fn chat_key(key: &str) -> anyhow::Result<ChatKey> {
+    let parsed: ChatKey = key.parse()?;
+    let place = format!(" in {}", field(key));
+    known_channel(&parsed.channel, &place, &CHAT_CHANNELS)?;
+    Ok(parsed)
+}
+
+/// A sender as the pairing commands show it: `Alice @alice (5555)`, the username being
+/// what `revoke` takes besides the id. Each part comes from a stranger (see `show`).
+fn sender(v: &Value) -> String {
+    let f = |v: &Value| field(v.as_str().unwrap_or("")).into_owned();
+    let user = v["username"]
+        .as_str()
+        .filter(|u| !u.is_empty())
+        .map(|u| format!(" @{}", field(u.trim_start_matches('@'))))
+        .unwrap_or_default();
+    format!("{}{user} ({})", f(&v["display_name"]), f(&v["sender_id"]))
+}
+
 pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<()> {
+    let action = match action {
+        PairingAction::Approve { channel, code } => PairingAction::Approve {
+            channel: known_channel(&channel, "", &PAIRING_CHANNELS)?,
+            code,
+        },
+        PairingAction::Revoke { channel, user } => PairingAction::Revoke {
+            channel: known_channel(&channel, "", &PAIRING_CHANNELS)?,
+            user,
+        },
+        list => list,
+    };
     let target = Target::find_existing(&loaded.config).await?;
     match action {
         PairingAction::List => {
@@ -155,22 +106,16 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
             out!("pending:");
             for p in pending.as_array().into_iter().flatten() {
                 out!(
-                    "  {} {} from {} ({}) until {}",
+                    "  {} {} from {} until {}",
                     f(&p["channel"]),
                     f(&p["code"]),
-                    f(&p["display_name"]),
-                    f(&p["sender_id"]),
+                    sender(p),
                     f(&p["expires_at"])
                 );
             }
             out!("approved:");
             for a in approved.as_array().into_iter().flatten() {
-                out!(
-                    "  {} {} ({})",
-                    f(&a["channel"]),
-                    f(&a["display_name"]),
-                    f(&a["sender_id"])
-                );
+                out!("  {} {}", f(&a["channel"]), sender(a));
             }
         }
         PairingAction::Approve { channel, code } => {
@@ -187,12 +132,7 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                     json!(pairing::approve(store.as_ref(), &channel, &code).await?)
                 }
             };
-            out!(
-                "approved {} ({}) on {}",
-                field(who["display_name"].as_str().unwrap_or("")),
-                field(who["sender_id"].as_str().unwrap_or("")),
-                field(&channel)
-            );
+            out!("approved {} on {channel}", sender(&who));
         }
         PairingAction::Revoke { channel, user } => {
             let who = match &target {
@@ -209,33 +149,26 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                 }
             };
             // Who it was (a name may have matched): the id, as approve says it.
-            out!(
-                "revoked {} ({}) on {}",
-                field(who["display_name"].as_str().unwrap_or(&user)),
-                field(who["sender_id"].as_str().unwrap_or("")),
-                field(&channel)
-            );
+            out!("revoked {} on {channel}", sender(&who));
         }
     }
     Ok(())
 }
 
 pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result<()> {
+    // The key is checked before the store is looked for: a typo is told as such.
+    if let SessionsAction::Show { key } | SessionsAction::Reset { key } = &action {
+        chat_key(key)?;
+    }
     let target = Target::find_existing(&loaded.config).await?;
     match action {
         SessionsAction::List => {
-            let keys: Vec<(String, usize)> = match &target {
-                Target::Remote { .. } => {
-                    serde_json::from_value(target.get("/admin/sessions").await?)?
-                }
-                Target::Local(store) => Session::keys(store.as_ref())?,
-            };
-            for (k, n) in keys {
+            for (k, n) in session_keys(&target).await? {
                 out!("{}\t{n} messages", field(&k));
             }
         }
         SessionsAction::Show { key } => {
-            let key: ChatKey = key.parse().context("sessions show")?;
+            let key = chat_key(&key)?;
             let session: Value = match &target {
                 Target::Remote { .. } => {
                     target
@@ -264,7 +197,14 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
             }
         }
         SessionsAction::Reset { key } => {
-            let key: ChatKey = key.parse().context("sessions reset")?;
+            let key = chat_key(&key)?;
+            if !session_keys(&target)
+                .await?
+                .iter()
+                .any(|(k, _)| *k == key.to_string())
+            {
+                bail!("no session {}: nothing to reset", field(&key.to_string()));
+            }
             match &target {
                 Target::Remote { .. } => {
                     target
@@ -286,6 +226,14 @@ pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result
     Ok(())
 }
 
+/// Every stored session's key, with its number of messages.
+async fn session_keys(target: &Target) -> anyhow::Result<Vec<(String, usize)>> {
+    Ok(match target {
+        Target::Remote { .. } => serde_json::from_value(target.get("/admin/sessions").await?)?,
+        Target::Local(store) => Session::keys(store.as_ref())?,
+    })
+}
+
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
@@ -293,7 +241,18 @@ fn urlencode(s: &str) -> String {
 pub fn skills_list(loaded: &Loaded) -> anyhow::Result<()> {
     let skills = crate::agent::list_skills(&loaded.config);
     if skills.is_empty() {
-        out!("no skills found in {:?}", loaded.config.gateway.skills_dirs);
+        let g = &loaded.config.gateway;
+        let dirs: Vec<String> = g
+            .skills_dirs
+            .iter()
+            .chain([&g.workspace.join("skills")])
+            .map(|d| d.display().to_string())
+            .collect();
+        out!("no skills found in {}", field(&dirs.join(", ")));
+        out!(
+            "hint: the bundled skills are in the repository's skills/ folder: copy it next to \
+             config.toml, or point gateway.skills_dirs at it"
+        );
     }
     for s in skills {
         let status = if s.available {

@@ -2,6 +2,7 @@
 //! data dir and store, the workspace, the model provider, and each enabled channel's
 //! token, asked of its platform with one cheap call (`getMe`, `users/@me`, `auth.test`).
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -19,38 +20,47 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
             problems += 1;
         }
     };
-    report(
-        true,
-        "config",
-        loaded
-            .path
-            .as_ref()
-            .map_or("built-in defaults".into(), |p| p.display().to_string()),
-    );
+    match &loaded.path {
+        Some(p) => report(true, "config", p.display().to_string()),
+        None => report(
+            true,
+            "config",
+            format!(
+                "built-in defaults: no config.toml found in {} (name one with --config or \
+                 $SWITCHBOARD_CONFIG)",
+                std::env::current_dir().unwrap_or_default().display()
+            ),
+        ),
+    }
     for w in &loaded.warnings {
         // Worth reading, not a failure: the gateway runs with them.
         out!("warn config: {w}");
     }
-    let data_ok =
-        std::fs::create_dir_all(&c.gateway.data_dir).is_ok() && tempfile_in(&c.gateway.data_dir);
-    report(
-        data_ok,
-        "data dir",
-        c.gateway.data_dir.display().to_string(),
-    );
-    match Target::find(c).await {
-        Ok(Target::Remote { .. }) => {
-            report(true, "store", "a gateway is running and answering".into())
+    // Nothing is made here: a doctor run in the wrong folder must not leave a data dir
+    // (the other commands would then find an empty store instead of saying there is none).
+    let (data, ws) = (&c.gateway.data_dir, &c.gateway.workspace);
+    if data.is_dir() {
+        report(tempfile_in(data), "data dir", data.display().to_string());
+        if data.join("store").exists() {
+            match Target::find(c).await {
+                Ok(Target::Remote { .. }) => {
+                    report(true, "store", "a gateway is running and answering".into())
+                }
+                Ok(Target::Local(_)) => report(true, "store", "opens".into()),
+                Err(e) => report(false, "store", format!("{e:#}")),
+            }
+        } else {
+            report(true, "store", "none yet: made at the first `run`".into());
         }
-        Ok(Target::Local(_)) => report(true, "store", "opens".into()),
-        Err(e) => report(false, "store", format!("{e:#}")),
+    } else {
+        report_missing(&mut report, "data dir", data);
+        report(true, "store", "none yet: made at the first `run`".into());
     }
-    let ws_ok = std::fs::create_dir_all(&c.gateway.workspace).is_ok();
-    report(
-        ws_ok,
-        "workspace",
-        c.gateway.workspace.display().to_string(),
-    );
+    if ws.is_dir() {
+        report(true, "workspace", ws.display().to_string());
+    } else {
+        report_missing(&mut report, "workspace", ws);
+    }
     let key = secret(&c.llm.api_key_env);
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -92,6 +102,11 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
     }
     if c.llm.api_key_env.trim().is_empty() {
         out!("ok   llm key: none (llm.api_key_env is empty, as for a local Ollama)");
+    } else if key.is_none() && on_this_network(base) {
+        out!(
+            "ok   llm key: ${} is not set (fine for a local server)",
+            c.llm.api_key_env
+        );
     } else if key.is_none() {
         report(
             false,
@@ -152,7 +167,63 @@ fn key_probe(base: &str) -> &'static str {
     }
 }
 
-fn tempfile_in(dir: &std::path::Path) -> bool {
+/// A folder `run` makes: fine if it can be made (its nearest existing parent is a folder
+/// this user may write to).
+fn report_missing(report: &mut impl FnMut(bool, &str, String), what: &str, dir: &Path) {
+    if dir.exists() {
+        return report(false, what, format!("{} is not a folder", dir.display()));
+    }
+    let parent = dir.ancestors().skip(1).find(|a| a.exists());
+    match parent {
+        Some(p) if p.is_dir() && tempfile_in(p) => report(
+            true,
+            what,
+            format!(
+                "{} does not exist yet: made at the first `run`",
+                dir.display()
+            ),
+        ),
+        Some(p) => report(
+            false,
+            what,
+            format!(
+                "{} does not exist, and cannot be made in {}",
+                dir.display(),
+                p.display()
+            ),
+        ),
+        None => report(false, what, format!("{} cannot be made", dir.display())),
+    }
+}
+
+/// Whether the model server at `base` is on this machine or its network (loopback,
+/// private or link-local address, `localhost`), where a server without a key (Ollama,
+/// vLLM) is usual; a hosted one needs a key.
+fn on_this_network(base: &str) -> bool {
+    let Ok(url) = url::Url::parse(base) else {
+        return false;
+    };
+    match url.host() {
+        Some(url::Host::Domain(d)) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            d == "localhost" || d.ends_with(".localhost")
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback() || ip.is_private() || ip.is_link_local(),
+        Some(url::Host::Ipv6(ip)) => {
+            let first = ip.segments()[0];
+            ip.is_loopback()
+                // Unique local (fc00::/7) and link-local (fe80::/10).
+                || first & 0xfe00 == 0xfc00
+                || first & 0xffc0 == 0xfe80
+                || ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_private() || v4.is_link_local())
+        }
+        None => false,
+    }
+}
+
+fn tempfile_in(dir: &Path) -> bool {
     let p = dir.join(".doctor-write-test");
     let ok = std::fs::write(&p, b"ok").is_ok();
     let _ = std::fs::remove_file(&p);
@@ -223,7 +294,38 @@ async fn check_credentials(
 
 #[cfg(test)]
 mod tests {
-    use super::key_probe;
+    use super::{key_probe, on_this_network};
+
+    #[test]
+    fn a_server_on_this_machine_or_network_may_go_without_a_key() {
+        for local in [
+            "http://127.0.0.1:11434/v1",
+            "http://localhost:11434/v1",
+            "http://LocalHost./v1",
+            "http://ollama.localhost/v1",
+            "http://10.0.0.5:8000/v1",
+            "http://192.168.1.20/v1",
+            "http://172.16.0.1/v1",
+            "http://169.254.10.10/v1",
+            "http://[::1]:11434/v1",
+            "http://[fd00::5]/v1",
+            "http://[fe80::1]/v1",
+            "http://[::ffff:127.0.0.1]/v1",
+        ] {
+            assert!(on_this_network(local), "{local}");
+        }
+        for hosted in [
+            "https://api.openai.com/v1",
+            "https://openrouter.ai/api/v1",
+            "http://8.8.8.8/v1",
+            "http://172.32.0.1/v1",
+            "http://[2001:db8::1]/v1",
+            "http://localhost.example.com/v1",
+            "not a url",
+        ] {
+            assert!(!on_this_network(hosted), "{hosted}");
+        }
+    }
 
     #[test]
     fn openrouter_is_asked_about_its_key_not_its_public_model_list() {

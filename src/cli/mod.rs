@@ -18,6 +18,7 @@ macro_rules! out {
 }
 
 mod admin_client;
+mod chat;
 mod commands;
 mod doctor;
 mod show;
@@ -110,8 +111,9 @@ pub enum CronAction {
         /// Crontab: `0 9 * * MON-FRI` (5 fields) or 6 with seconds.
         #[arg(long, group = "when")]
         cron: Option<String>,
-        /// IANA timezone for --at/--cron (default: gateway.timezone).
-        #[arg(long)]
+        /// IANA timezone for --at/--cron (default: gateway.timezone); an --every job
+        /// repeats at its interval whatever the timezone, so it takes none.
+        #[arg(long, conflicts_with = "every")]
         tz: Option<String>,
         /// What the job is about; the agent turns it into the message.
         #[arg(long)]
@@ -194,9 +196,11 @@ pub async fn main(cli: Cli) -> ExitCode {
             tracing::warn!("{w}");
         }
     }
-    let result = match cli.command.unwrap_or(Command::Run) {
+    let command = cli.command.unwrap_or(Command::Run);
+    name_store_holder(&command);
+    let result = match command {
         Command::Run => commands::run(&loaded).await,
-        Command::Chat { message } => commands::chat(&loaded, message).await,
+        Command::Chat { message } => chat::chat(&loaded, message).await,
         Command::Config {
             action: ConfigAction::Check,
         } => commands::config_check(&loaded),
@@ -210,9 +214,33 @@ pub async fn main(cli: Cli) -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", show::text(&format!("{e:#}")));
-            ExitCode::FAILURE
-        }
+        // As a shell reports a command its signal ended: 130 for Ctrl-C.
+        Err(e) => match e.downcast_ref::<chat::Interrupted>() {
+            Some(chat::Interrupted(signal)) => {
+                ExitCode::from(u8::try_from(128 + signal).unwrap_or(130))
+            }
+            None => {
+                eprintln!("error: {}", show::text(&format!("{e:#}")));
+                ExitCode::FAILURE
+            }
+        },
     }
+}
+
+/// What this process says it is, should another one find the store it holds: a gateway,
+/// or a command, with what to do about it (see `store::holder`).
+fn name_store_holder(command: &Command) {
+    let (role, hint) = match command {
+        Command::Run => ("gateway", ""),
+        Command::Chat { .. } => (
+            "switchboard chat",
+            "close it, or run the gateway and use chat through it",
+        ),
+        Command::Doctor => ("switchboard doctor", "try again when it is done"),
+        Command::Pairing { .. } => ("switchboard pairing", "try again when it is done"),
+        Command::Sessions { .. } => ("switchboard sessions", "try again when it is done"),
+        Command::Cron { .. } => ("switchboard cron", "try again when it is done"),
+        Command::Config { .. } | Command::Skills { .. } => return,
+    };
+    crate::store::holder::set_role(role, hint);
 }

@@ -2,6 +2,7 @@
 //! replace the embedded one. It knows bytes and keys, not what they mean.
 
 mod group_commit;
+pub mod holder;
 mod journal;
 mod sled_store;
 mod slot;
@@ -102,7 +103,8 @@ pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 /// What went wrong in the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("store is in use by another process (is a gateway running?): {0}")]
+    /// Another process holds the store: the sentence names it when it can be known.
+    #[error("{0}")]
     Locked(String),
     #[error("store error: {0}")]
     Backend(String),

@@ -117,6 +117,7 @@ impl SledStore {
         std::fs::create_dir_all(dir).map_err(backend)?;
         private(dir);
         let (db, active) = open_db(dir, lock_wait, 0)?;
+        super::holder::write(dir);
         let shared = Arc::new(Shared {
             slot: Slot::new(db),
             dir: dir.to_path_buf(),
@@ -206,7 +207,7 @@ pub(super) fn open_db(
         }
     }
     .map_err(|e| match e {
-        sled::Error::Io(io) if locked_io(&io) => StoreError::Locked(io.to_string()),
+        sled::Error::Io(io) if locked_io(&io) => lock_error(dir, &io),
         other => StoreError::Backend(other.to_string()),
     })?;
     // sled restores its id counter (plus a margin) only from a store it flushed once:
@@ -241,6 +242,24 @@ pub(super) fn open_db(
     }
     db.id_offset = id_floor.saturating_sub(db.db.generate_id().map_err(backend)?);
     Ok((db, active))
+}
+
+/// sled's lock failure as a sentence: held by another process (named when it said who it
+/// is, see `holder.rs`), or why the lock could not be taken. sled puts the OS error's Rust
+/// debug form in its message (`Os { code: 11, kind: WouldBlock, … }`): only its text is kept.
+fn lock_error(dir: &Path, io: &std::io::Error) -> StoreError {
+    let text = io.to_string();
+    if io.kind() == std::io::ErrorKind::WouldBlock || text.contains("WouldBlock") {
+        return StoreError::Locked(super::holder::locked_message(dir));
+    }
+    let why = text
+        .split_once("message: \"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map_or(text.as_str(), |(m, _)| m);
+    StoreError::Backend(format!(
+        "could not lock {}: {why}",
+        dir.join("store").join("db").display()
+    ))
 }
 
 /// Which folder, when the store fails to open (a read-only or someone else's data dir).
@@ -512,6 +531,8 @@ impl Store for SledStore {
 
 impl Drop for SledStore {
     fn drop(&mut self) {
+        // Before the lock goes: a process taking it next writes its own record.
+        super::holder::remove(&self.shared.dir);
         // The writer finishes what is queued and appends it; the checkpointer ends with
         // it. Then sled gets everything, and the journal is no longer needed. The threads
         // let go of the database, so a caller that drops the store finds its lock released.

@@ -499,7 +499,17 @@ async fn a_second_open_reports_locked() {
     let dir = tempfile::tempdir().unwrap();
     let _a = SledStore::open(dir.path()).unwrap();
     match SledStore::open(dir.path()) {
-        Err(StoreError::Locked(_)) => {}
+        // A sentence naming the holder (this process), not sled's dump of the OS error.
+        Err(StoreError::Locked(m)) => {
+            let pid = std::process::id();
+            assert!(
+                m.contains(&format!(
+                    "is in use by another switchboard process (pid {pid})"
+                )),
+                "{m}"
+            );
+            assert!(!m.contains("Os {") && !m.contains("WouldBlock"), "{m}");
+        }
         Err(e) => panic!("expected Locked, got {e}"),
         Ok(_) => panic!("expected Locked, got a second handle"),
     }

@@ -1,0 +1,168 @@
+//! `switchboard chat`, and the signals that stop the gateway or a chat: SIGINT (Ctrl-C),
+//! SIGTERM and SIGHUP (the terminal closed, an SSH session ending).
+
+use std::io::{BufRead, Write};
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::admin_client::Target;
+use crate::config::Loaded;
+use crate::gateway::{self, StartOptions};
+
+/// A command ended by a signal: the process exits with 128 + its number, saying nothing
+/// more (the terminal showed `^C`).
+#[derive(Debug, thiserror::Error)]
+#[error("stopped by signal {0}")]
+pub struct Interrupted(pub i32);
+
+/// The first SIGINT, SIGTERM or SIGHUP to come: its number. One that cannot be listened
+/// for is logged and left to its default (the others still count).
+async fn stop_signal() -> i32 {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut streams = Vec::new();
+        for (kind, name, number) in [
+            (SignalKind::interrupt(), "SIGINT", 2),
+            (SignalKind::terminate(), "SIGTERM", 15),
+            (SignalKind::hangup(), "SIGHUP", 1),
+        ] {
+            match signal(kind) {
+                Ok(s) => streams.push((s, number)),
+                Err(e) => tracing::error!("cannot listen for {name}: {e}"),
+            }
+        }
+        if streams.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = streams.iter_mut().map(|(s, number)| {
+            Box::pin(async move {
+                s.recv().await;
+                *number
+            })
+        });
+        futures_util::future::select_all(waits).await.0
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        2
+    }
+}
+
+/// Cancel `token` on SIGINT, SIGTERM or SIGHUP. A gateway started from a terminal that
+/// is then closed stops as gracefully as one stopped by its service manager.
+pub fn cancel_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        let signal = stop_signal().await;
+        tracing::info!(signal, "stop signal received");
+        token.cancel();
+    });
+}
+
+pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()> {
+    let target = Target::find(&loaded.config).await?;
+    if let Target::Remote { .. } = target {
+        // Ctrl-C ends this process as it would any; the gateway sees the request go away
+        // and withdraws its message (its turn stops as by `/stop`).
+        return chat_loop(message, |text| {
+            let target = &target;
+            async move {
+                let v = target.post("/admin/chat", json!({"text": text})).await?;
+                Ok(v["reply"].as_str().unwrap_or_default().to_string())
+            }
+        })
+        .await;
+    }
+    // No gateway runs: close the store handle and start one in this process, without
+    // channels, HTTP, producers or the last run's unfinished work (all left for `run`).
+    drop(target);
+    let shutdown = CancellationToken::new();
+    let opts = StartOptions {
+        channels: false,
+        http: false,
+        background: false,
+        ..Default::default()
+    };
+    let running = gateway::start(loaded, opts, shutdown.clone()).await?;
+    let shared = running.shared.clone();
+    let asking = chat_loop(message, |text| {
+        let shared = shared.clone();
+        async move {
+            shared
+                .ask_cli(&text, crate::http::api::REPLY_TIMEOUT)
+                .await
+                .map_err(anyhow::Error::msg)
+        }
+    });
+    // A signal ends the chat as `/stop` would: dropping the question being asked withdraws
+    // its message (its turn stops, or it leaves the queue), so it neither enters the
+    // conversation nor runs at the next start. Before the shutdown below, which would
+    // keep it for the next start instead.
+    let result = tokio::select! {
+        r = asking => r,
+        signal = stop_signal() => Err(Interrupted(signal).into()),
+    };
+    shutdown.cancel();
+    running.stopped().await;
+    result
+}
+
+/// Lines typed at the prompt, read on a thread of their own: a read blocked on the
+/// terminal must not hold up the signal that ends the chat, nor the runtime's shutdown.
+fn stdin_lines() -> mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = mpsc::channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let stdin = std::io::stdin();
+            loop {
+                let mut line = String::new();
+                let read = stdin.lock().read_line(&mut line).map(|_| line);
+                let end = !matches!(&read, Ok(l) if !l.is_empty());
+                if tx.blocking_send(read).is_err() || end {
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot read the terminal: {e}");
+    }
+    rx
+}
+
+async fn chat_loop<F, Fut>(message: Option<String>, mut ask: F) -> anyhow::Result<()>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<String>>,
+{
+    if let Some(m) = message {
+        out!("{}", ask(m).await?);
+        return Ok(());
+    }
+    let mut lines = stdin_lines();
+    loop {
+        print!("> ");
+        std::io::stdout().flush().ok();
+        let line = match lines.recv().await {
+            None => return Ok(()),
+            Some(line) => line?,
+        };
+        if line.is_empty() {
+            return Ok(());
+        }
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if matches!(line, "/quit" | "/exit") {
+            return Ok(());
+        }
+        match ask(line.to_string()).await {
+            Ok(reply) => out!("{reply}\n"),
+            Err(e) => eprintln!("error: {e:#}"),
+        }
+    }
+}
