@@ -89,6 +89,18 @@ pub struct Shared {
 impl Shared {
     /// Ask the agent from the terminal (`cli:local`) and wait for the reply text.
     pub async fn ask_cli(&self, text: &str, timeout: Duration) -> Result<String, String> {
+        self.ask_cli_until(text, timeout, &CancellationToken::new())
+            .await
+    }
+
+    /// [`Self::ask_cli`], given up as by `/stop` when `stop` is cancelled (see
+    /// [`crate::http::api::ApiChannel::ask_until`]).
+    pub async fn ask_cli_until(
+        &self,
+        text: &str,
+        timeout: Duration,
+        stop: &CancellationToken,
+    ) -> Result<String, String> {
         let id = format!("cli:msg:{:016x}", rand::random::<u64>());
         let sender = switchboard_channel::Sender {
             id: "local".into(),
@@ -99,7 +111,10 @@ impl Shared {
         let mut msg = InboundMessage::text(id, ChatKey::new("cli", "local"), sender, text);
         msg.metadata
             .insert("join".into(), serde_json::Value::Bool(false));
-        self.cli.ask(&self.bus, msg, timeout).await.map(|r| r.text)
+        self.cli
+            .ask_until(&self.bus, msg, timeout, stop)
+            .await
+            .map(|r| r.text)
     }
 }
 

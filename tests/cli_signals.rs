@@ -196,3 +196,66 @@ async fn an_open_chat_prompt_is_named_by_the_commands_it_keeps_out() {
     let (ok, _, err) = cli(&env, &["sessions", "list"]);
     assert!(ok, "{err}");
 }
+
+/// Started with SIGHUP ignored (`nohup switchboard run &`), the gateway outlives its
+/// terminal: the hangup does not reach it, and what stops it is the later SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_under_nohup_ignores_the_hangup() {
+    let llm = FakeLlm::start().await;
+    let env = env_with(&llm.base_url(), "");
+    let mut gw = env.spawn_after("trap '' HUP");
+    gw.wait_admin(WAIT);
+    signal(&gw.child, "HUP");
+    signal(&gw.child, "TERM");
+    let (status, _) = gw.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "exit status {status}");
+    let logs = gw.stderr();
+    assert!(logs.contains("stop signal received signal=15"), "{logs}");
+    assert!(
+        !logs.contains("signal=1\n") && !logs.contains("signal=1 "),
+        "{logs}"
+    );
+}
+
+/// A second signal while the gateway stops gracefully (a turn given its 5 s to finish)
+/// ends it at once, with 128 + the signal, as a crash would: the turn runs at the next
+/// start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_during_the_stop_ends_the_gateway_at_once() {
+    let llm = FakeLlm::start().await;
+    let env = env_with(&llm.base_url(), "");
+    llm.push(Reply::text("too late").with_delay(Duration::from_secs(120)));
+    let mut gw = env.spawn();
+    gw.wait_admin(WAIT);
+    let base = common::platform::http_base(&env);
+    let body = serde_json::json!({"model": "x", "user": "twice", "messages": [{"role": "user", "content": "in flight"}]});
+    let url = format!("{base}/v1/chat/completions");
+    tokio::spawn(async move {
+        let _ = reqwest::Client::new().post(url).json(&body).send().await;
+    });
+    llm.wait_for_requests(1, WAIT).await.unwrap();
+    signal(&gw.child, "TERM");
+    // The first is taken once the HTTP server stops taking connections.
+    let healthz = format!("{base}/healthz");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let fresh = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        if fresh.get(&healthz).send().await.is_err() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gateway never began to stop");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal(&gw.child, "TERM");
+    let (status, took) = gw.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(143), "exit status {status}");
+    assert!(
+        took < Duration::from_secs(4),
+        "took {took:?}: waited for the turn's grace"
+    );
+    let logs = gw.stderr();
+    assert!(logs.contains("a second stop signal"), "{logs}");
+}

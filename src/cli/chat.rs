@@ -2,14 +2,21 @@
 //! SIGTERM and SIGHUP (the terminal closed, an SSH session ending).
 
 use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::admin_client::Target;
 use crate::config::Loaded;
 use crate::gateway::{self, StartOptions};
+
+/// Longest wait for the question being asked to be withdrawn once a signal came: its
+/// storing, then its turn stopping ([`crate::http::api::ApiChannel::ask_until`]).
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// A command ended by a signal: the process exits with 128 + its number, saying nothing
 /// more (the terminal showed `^C`).
@@ -18,7 +25,8 @@ use crate::gateway::{self, StartOptions};
 pub struct Interrupted(pub i32);
 
 /// The first SIGINT, SIGTERM or SIGHUP to come: its number. One that cannot be listened
-/// for is logged and left to its default (the others still count).
+/// for is logged and left to its default (the others still count); SIGHUP is left alone
+/// when it was ignored at start (`nohup`).
 async fn stop_signal() -> i32 {
     #[cfg(unix)]
     {
@@ -29,6 +37,10 @@ async fn stop_signal() -> i32 {
             (SignalKind::terminate(), "SIGTERM", 15),
             (SignalKind::hangup(), "SIGHUP", 1),
         ] {
+            // Listening would undo `nohup` (the handler replaces its "ignore").
+            if number == 1 && hangup_ignored() {
+                continue;
+            }
             match signal(kind) {
                 Ok(s) => streams.push((s, number)),
                 Err(e) => tracing::error!("cannot listen for {name}: {e}"),
@@ -53,13 +65,34 @@ async fn stop_signal() -> i32 {
 }
 
 /// Cancel `token` on SIGINT, SIGTERM or SIGHUP. A gateway started from a terminal that
-/// is then closed stops as gracefully as one stopped by its service manager.
+/// is then closed stops as gracefully as one stopped by its service manager. A second
+/// signal during that stop ends the process at once (as a crash: what was unfinished runs
+/// at the next start).
 pub fn cancel_on_signals(token: CancellationToken) {
     tokio::spawn(async move {
         let signal = stop_signal().await;
         tracing::info!(signal, "stop signal received");
         token.cancel();
+        let again = stop_signal().await;
+        tracing::warn!(
+            signal = again,
+            "a second stop signal: exiting at once; unfinished work runs at the next start"
+        );
+        std::process::exit(128 + again);
     });
+}
+
+/// Whether SIGHUP was set to be ignored when this process started (`nohup`): then a
+/// closed terminal must not stop it. Read from `/proc/self/status` (`SigIgn`, a mask with
+/// signal n at bit n-1); where that cannot be read, not ignored.
+fn hangup_ignored() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & 1 != 0)
 }
 
 pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()> {
@@ -88,22 +121,45 @@ pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()
     };
     let running = gateway::start(loaded, opts, shutdown.clone()).await?;
     let shared = running.shared.clone();
+    let stop = CancellationToken::new();
+    let settled = Arc::new(Notify::new());
+    let in_flight = Arc::new(AtomicBool::new(false));
     let asking = chat_loop(message, |text| {
-        let shared = shared.clone();
+        let (shared, stop) = (shared.clone(), stop.clone());
+        let (settled, in_flight) = (settled.clone(), in_flight.clone());
         async move {
-            shared
-                .ask_cli(&text, crate::http::api::REPLY_TIMEOUT)
-                .await
-                .map_err(anyhow::Error::msg)
+            in_flight.store(true, Ordering::SeqCst);
+            let reply = shared
+                .ask_cli_until(&text, crate::http::api::REPLY_TIMEOUT, &stop)
+                .await;
+            in_flight.store(false, Ordering::SeqCst);
+            if stop.is_cancelled() {
+                // Withdrawn: the chat ends below, without a word about it.
+                settled.notify_one();
+                std::future::pending::<()>().await;
+            }
+            reply.map_err(anyhow::Error::msg)
         }
     });
-    // A signal ends the chat as `/stop` would: dropping the question being asked withdraws
-    // its message (its turn stops, or it leaves the queue), so it neither enters the
-    // conversation nor runs at the next start. Before the shutdown below, which would
-    // keep it for the next start instead.
+    tokio::pin!(asking);
+    // A signal ends the chat as `/stop` would: the question being asked is withdrawn (its
+    // turn stops, or it leaves the queue), so it neither enters the conversation nor runs
+    // at the next start. Before the shutdown below, which would keep it for then instead.
     let result = tokio::select! {
-        r = asking => r,
-        signal = stop_signal() => Err(Interrupted(signal).into()),
+        r = &mut asking => r,
+        signal = stop_signal() => {
+            stop.cancel();
+            if in_flight.load(Ordering::SeqCst) {
+                tokio::select! {
+                    _ = &mut asking => {}
+                    _ = settled.notified() => {}
+                    () = tokio::time::sleep(SETTLE_WAIT) => {
+                        tracing::warn!("the question asked did not stop in time; it may run at the next start");
+                    }
+                }
+            }
+            Err(Interrupted(signal).into())
+        }
     };
     shutdown.cancel();
     running.stopped().await;

@@ -197,8 +197,9 @@ fn report_missing(report: &mut impl FnMut(bool, &str, String), what: &str, dir: 
 }
 
 /// Whether the model server at `base` is on this machine or its network (loopback,
-/// private or link-local address, `localhost`), where a server without a key (Ollama,
-/// vLLM) is usual; a hosted one needs a key.
+/// private, link-local or carrier-grade NAT address as Tailscale's, `localhost`, a name
+/// without a dot as a Docker Compose service's, `.local`, `.lan`, `.internal`, `.home.arpa`),
+/// where a server without a key (Ollama, vLLM) is usual; a hosted one needs a key.
 fn on_this_network(base: &str) -> bool {
     let Ok(url) = url::Url::parse(base) else {
         return false;
@@ -206,9 +207,15 @@ fn on_this_network(base: &str) -> bool {
     match url.host() {
         Some(url::Host::Domain(d)) => {
             let d = d.trim_end_matches('.').to_ascii_lowercase();
-            d == "localhost" || d.ends_with(".localhost")
+            !d.contains('.')
+                || [".localhost", ".local", ".lan", ".internal", ".home.arpa"]
+                    .iter()
+                    .any(|end| d.ends_with(end))
         }
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback() || ip.is_private() || ip.is_link_local(),
+        Some(url::Host::Ipv4(ip)) => {
+            let shared = ip.octets()[0] == 100 && ip.octets()[1] & 0xc0 == 64;
+            ip.is_loopback() || ip.is_private() || ip.is_link_local() || shared
+        }
         Some(url::Host::Ipv6(ip)) => {
             let first = ip.segments()[0];
             ip.is_loopback()
@@ -311,6 +318,10 @@ mod tests {
             "http://[fd00::5]/v1",
             "http://[fe80::1]/v1",
             "http://[::ffff:127.0.0.1]/v1",
+            "http://ollama:11434/v1",
+            "http://host.docker.internal:11434/v1",
+            "http://gpu-box.local:8000/v1",
+            "http://100.101.102.103:11434/v1",
         ] {
             assert!(on_this_network(local), "{local}");
         }
@@ -319,6 +330,7 @@ mod tests {
             "https://openrouter.ai/api/v1",
             "http://8.8.8.8/v1",
             "http://172.32.0.1/v1",
+            "http://100.128.0.1/v1",
             "http://[2001:db8::1]/v1",
             "http://localhost.example.com/v1",
             "not a url",

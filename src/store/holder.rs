@@ -54,7 +54,12 @@ pub(super) fn write(dir: &Path) {
         hint,
     };
     let body = serde_json::to_vec(&me).unwrap_or_default();
-    if let Err(e) = std::fs::write(path(dir), body) {
+    // Whole or not at all for a reader (a new file renamed over the old, which may be
+    // another user's left behind).
+    let part = dir.join(format!("{FILE}.{}", me.pid));
+    let written = std::fs::write(&part, body).and_then(|()| std::fs::rename(&part, path(dir)));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&part);
         tracing::debug!(dir = %dir.display(), "could not write {FILE}: {e}");
     }
 }

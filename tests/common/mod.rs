@@ -82,12 +82,19 @@ impl Env {
 
     /// Start the real binary as a child process with this config; waits until `/healthz`.
     pub fn spawn(&self) -> GatewayProcess {
+        self.spawn_after("")
+    }
+
+    /// [`Self::spawn`] from a shell that first runs `setup` (`trap '' HUP`, as `nohup`
+    /// does), then becomes the gateway.
+    pub fn spawn_after(&self, setup: &str) -> GatewayProcess {
         let port_file = self.dir.path().join("port");
         let _ = std::fs::remove_file(&port_file);
-        let child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-            .arg("--config")
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{setup}\nexec \"$0\" --config \"$1\" run"))
+            .arg(env!("CARGO_BIN_EXE_switchboard"))
             .arg(self.config_path())
-            .arg("run")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

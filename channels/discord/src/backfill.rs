@@ -86,6 +86,15 @@ impl Recent {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether `channel` has handled message `id` or a later one: a catch-up fetched it
+    /// before the gateway sent it (or a resumed session replays it).
+    pub(crate) fn has_handled(&self, channel: ChannelId, id: MessageId) -> bool {
+        self.inner()
+            .channels
+            .get(&channel)
+            .is_some_and(|last| last.id >= id)
+    }
+
     /// Message `id` of `channel` was handled, at `now`.
     pub(crate) fn handled(
         &self,
@@ -295,6 +304,9 @@ mod tests {
         recent.handled(a, m5, Some(GuildId::new(9)), t0);
         recent.handled(a, MessageId::new(3), None, t0);
         recent.handled(b, m7, None, t0);
+        // What a catch-up handled is not handled again when the gateway sends it.
+        assert!(recent.has_handled(a, m5) && recent.has_handled(a, MessageId::new(4)));
+        assert!(!recent.has_handled(a, MessageId::new(6)) && !recent.has_handled(ids(3, 1).0, m5));
         let mut gap = recent.new_session(t0 + Duration::from_secs(60));
         gap.sort_by_key(|(c, _)| *c);
         assert_eq!(gap.len(), 2);

@@ -148,6 +148,12 @@ impl EventHandler for Handler {
         // Held until published (retries included), so a later message of the channel, whose
         // handler may well have started first, cannot overtake this one.
         let _turn = self.0.order.turn(msg.channel_id, msg.id).await;
+        // A catch-up ahead of it in the line may have fetched it already (it was sent after
+        // the new session began, before the fetch): once is enough.
+        if self.0.recent.has_handled(msg.channel_id, msg.id) {
+            tracing::debug!(id = %msg.id, "discord: already handled by a catch-up");
+            return;
+        }
         self.0.handle(&ctx, &msg).await;
     }
 }

@@ -111,6 +111,10 @@ impl Drop for WaiterGuard<'_> {
     }
 }
 
+/// Longest wait for a withdrawn message to leave the bus ([`ApiChannel::ask_until`]): its
+/// turn's tool call running on (a command ends within its timeout once stopped).
+const WITHDRAW_WAIT: Duration = Duration::from_secs(5);
+
 impl ApiChannel {
     pub fn named(name: &'static str) -> Self {
         Self {
@@ -143,6 +147,21 @@ impl ApiChannel {
         msg: InboundMessage,
         timeout: Duration,
     ) -> Result<OutboundMessage, String> {
+        self.ask_until(bus, msg, timeout, &CancellationToken::new())
+            .await
+    }
+
+    /// [`Self::ask`], given up when `stop` is cancelled once the message is stored: it is
+    /// then withdrawn as by `/stop` (its turn stops, or it leaves the queue), and this
+    /// returns once the bus no longer holds it (within [`WITHDRAW_WAIT`]), so a shutdown
+    /// that follows does not keep it for the next start.
+    pub async fn ask_until(
+        &self,
+        bus: &Arc<Bus>,
+        msg: InboundMessage,
+        timeout: Duration,
+        stop: &CancellationToken,
+    ) -> Result<OutboundMessage, String> {
         let id = msg.id.clone();
         let rx = self.wait_for(&id, &msg.key, None);
         let key = msg.key.clone();
@@ -150,8 +169,8 @@ impl ApiChannel {
         let _guard = WaiterGuard {
             api: self,
             bus,
-            key,
-            id,
+            key: key.clone(),
+            id: id.clone(),
             armed: true,
             gone: Some(gone),
             place: None,
@@ -162,7 +181,20 @@ impl ApiChannel {
             Ok(Err(e)) => return Err(e.to_string()),
             Err(e) => return Err(format!("the message could not be taken: {e}")),
         }
-        match tokio::time::timeout(timeout, rx).await {
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(timeout, rx) => answer,
+            _ = stop.cancelled() => {
+                bus.withdraw(&key, &id);
+                // Its turn ends (or it leaves the queue) and its inbox entry goes: then a
+                // shutdown cannot keep it.
+                let deadline = tokio::time::Instant::now() + WITHDRAW_WAIT;
+                while bus.holds(&key, &id) && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                return Err("stopped".into());
+            }
+        };
+        match answer {
             // The model could not answer: the caller (`chat`) fails with that message.
             Ok(Ok(reply)) if reply.kind == OutboundKind::Error => Err(reply.text),
             Ok(Ok(reply)) => Ok(reply),
