@@ -27,50 +27,27 @@ pub fn built_in() -> Vec<&'static str> {
 /// number, a Discord channel a snowflake, a Slack conversation an id or a name with an
 /// optional thread `ts`): a job or heartbeat aimed at `telegram:@alice` would call the model
 /// at each run for a reply the platform refuses. `Err` says what a key looks like. Channels
-/// of other names pass.
+/// of other names, or not built in, pass.
 pub fn check_chat_id(key: &switchboard_channel::ChatKey) -> Result<(), String> {
-    let id = key.chat_id.as_str();
+    // Each adapter knows its keys: what its sending parses.
     let (ok, form) = match key.channel.as_str() {
-        "telegram" => {
-            let (chat, topic) = match id.split_once(":topic:") {
-                Some((c, t)) => (c, Some(t)),
-                None => (id, None),
-            };
-            (
-                chat.parse::<i64>().is_ok() && topic.is_none_or(|t| t.parse::<i32>().is_ok()),
-                "telegram:<chat id>, a number like telegram:123456789 (a group's is negative; \
-                 a topic adds :topic:<n>); a @username is not a chat id",
-            )
-        }
+        #[cfg(feature = "telegram")]
+        "telegram" => (
+            switchboard_telegram::is_chat_key(key),
+            "telegram:<chat id>, a number like telegram:123456789 (a group's is negative; \
+             a topic adds :topic:<n>); a @username is not a chat id",
+        ),
+        #[cfg(feature = "discord")]
         "discord" => (
-            id.parse::<u64>().is_ok(),
+            switchboard_discord::is_channel_key(key),
             "discord:<channel id>, a number like discord:112233445566778899",
         ),
-        "slack" => {
-            let (conversation, ts) = match id.split_once(':') {
-                Some((c, t)) => (c, Some(t)),
-                None => (id, None),
-            };
-            // An id (`C0123ABCD`) or a name (`general`, `#general`): chat.postMessage takes
-            // both.
-            let name = conversation.strip_prefix('#').unwrap_or(conversation);
-            let named = !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'));
-            let is_ts = |t: &str| {
-                t.split_once('.').is_some_and(|(a, b)| {
-                    !a.is_empty()
-                        && !b.is_empty()
-                        && (a.chars().chain(b.chars())).all(|c| c.is_ascii_digit())
-                })
-            };
-            (
-                named && ts.is_none_or(is_ts),
-                "slack:<conversation id or name> like slack:C0123ABCD (a thread adds \
-                 :<thread ts>, like slack:C0123ABCD:1700000000.000100)",
-            )
-        }
+        #[cfg(feature = "slack")]
+        "slack" => (
+            switchboard_slack::is_conversation_key(key),
+            "slack:<conversation id or name> like slack:C0123ABCD (a thread adds \
+             :<thread ts>, like slack:C0123ABCD:1700000000.000100)",
+        ),
         _ => return Ok(()),
     };
     if ok {
@@ -244,7 +221,7 @@ pub fn start_all(
     let _ = (shared, registry, shutdown, tracker);
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "telegram", feature = "discord", feature = "slack"))]
 mod tests {
     use super::check_chat_id;
 

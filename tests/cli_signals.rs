@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::Env;
-use common::platform::{cli, env_with};
+use common::platform::{cli, env_with, fire, http_base};
 use switchboard::agent::session::Session;
 use switchboard::store::{SledStore, Store, Tree};
 use switchboard_fakes::llm::{FakeLlm, Reply};
@@ -227,12 +227,8 @@ async fn a_second_signal_during_the_stop_ends_the_gateway_at_once() {
     llm.push(Reply::text("too late").with_delay(Duration::from_secs(120)));
     let mut gw = env.spawn();
     gw.wait_admin(WAIT);
-    let base = common::platform::http_base(&env);
-    let body = serde_json::json!({"model": "x", "user": "twice", "messages": [{"role": "user", "content": "in flight"}]});
-    let url = format!("{base}/v1/chat/completions");
-    tokio::spawn(async move {
-        let _ = reqwest::Client::new().post(url).json(&body).send().await;
-    });
+    let base = http_base(&env);
+    fire(base.clone(), "twice", "in flight");
     llm.wait_for_requests(1, WAIT).await.unwrap();
     signal(&gw.child, "TERM");
     // The first is taken once the HTTP server stops taking connections.

@@ -8,25 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::Env;
-use common::platform::{cli, env_with, http_base};
+use common::platform::{cli, env_with, fire, http_base};
 use switchboard::agent::session::Session;
 use switchboard::store::{SledStore, Store, Tree};
 use switchboard_channel::ChatKey;
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// Send an API request in the background (the reply may never come: the gateway dies).
-fn fire(base: String, user: &str, text: &str) {
-    let body = serde_json::json!({"model": "x", "user": user, "messages": [{"role": "user", "content": text}]});
-    tokio::spawn(async move {
-        let _ = reqwest::Client::new()
-            .post(format!("{base}/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await;
-    });
-}
 
 /// Wait until the running gateway has finished `n` turns (their replies and sessions
 /// stored): a stop before that would put a turn back in the inbox.

@@ -2,12 +2,10 @@
 //! SIGTERM and SIGHUP (the terminal closed, an SSH session ending).
 
 use std::io::{BufRead, Write};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::admin_client::Target;
@@ -100,7 +98,7 @@ pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()
     if let Target::Remote { .. } = target {
         // Ctrl-C ends this process as it would any; the gateway sees the request go away
         // and withdraws its message (its turn stops as by `/stop`).
-        return chat_loop(message, |text| {
+        return chat_loop(message, &CancellationToken::new(), |text| {
             let target = &target;
             async move {
                 let v = target.post("/admin/chat", json!({"text": text})).await?;
@@ -122,23 +120,13 @@ pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()
     let running = gateway::start(loaded, opts, shutdown.clone()).await?;
     let shared = running.shared.clone();
     let stop = CancellationToken::new();
-    let settled = Arc::new(Notify::new());
-    let in_flight = Arc::new(AtomicBool::new(false));
-    let asking = chat_loop(message, |text| {
+    let asking = chat_loop(message, &stop, |text| {
         let (shared, stop) = (shared.clone(), stop.clone());
-        let (settled, in_flight) = (settled.clone(), in_flight.clone());
         async move {
-            in_flight.store(true, Ordering::SeqCst);
-            let reply = shared
+            shared
                 .ask_cli_until(&text, crate::http::api::REPLY_TIMEOUT, &stop)
-                .await;
-            in_flight.store(false, Ordering::SeqCst);
-            if stop.is_cancelled() {
-                // Withdrawn: the chat ends below, without a word about it.
-                settled.notify_one();
-                std::future::pending::<()>().await;
-            }
-            reply.map_err(anyhow::Error::msg)
+                .await
+                .map_err(anyhow::Error::msg)
         }
     });
     tokio::pin!(asking);
@@ -149,14 +137,8 @@ pub async fn chat(loaded: &Loaded, message: Option<String>) -> anyhow::Result<()
         r = &mut asking => r,
         signal = stop_signal() => {
             stop.cancel();
-            if in_flight.load(Ordering::SeqCst) {
-                tokio::select! {
-                    _ = &mut asking => {}
-                    _ = settled.notified() => {}
-                    () = tokio::time::sleep(SETTLE_WAIT) => {
-                        tracing::warn!("the question asked did not stop in time; it may run at the next start");
-                    }
-                }
+            if tokio::time::timeout(SETTLE_WAIT, &mut asking).await.is_err() {
+                tracing::warn!("the question asked did not stop in time; it may run at the next start");
             }
             Err(Interrupted(signal).into())
         }
@@ -189,20 +171,33 @@ fn stdin_lines() -> mpsc::Receiver<std::io::Result<String>> {
     rx
 }
 
-async fn chat_loop<F, Fut>(message: Option<String>, mut ask: F) -> anyhow::Result<()>
+/// Ask `message`, or each line typed at the prompt; ends, without a word, once `stop` is
+/// cancelled and the question being asked has come back.
+async fn chat_loop<F, Fut>(
+    message: Option<String>,
+    stop: &CancellationToken,
+    mut ask: F,
+) -> anyhow::Result<()>
 where
     F: FnMut(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<String>>,
 {
     if let Some(m) = message {
-        out!("{}", ask(m).await?);
+        let reply = ask(m).await;
+        if !stop.is_cancelled() {
+            out!("{}", reply?);
+        }
         return Ok(());
     }
     let mut lines = stdin_lines();
     loop {
         print!("> ");
         std::io::stdout().flush().ok();
-        let line = match lines.recv().await {
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            () = stop.cancelled() => return Ok(()),
+        };
+        let line = match line {
             None => return Ok(()),
             Some(line) => line?,
         };
@@ -216,7 +211,11 @@ where
         if matches!(line, "/quit" | "/exit") {
             return Ok(());
         }
-        match ask(line.to_string()).await {
+        let reply = ask(line.to_string()).await;
+        if stop.is_cancelled() {
+            return Ok(());
+        }
+        match reply {
             Ok(reply) => out!("{reply}\n"),
             Err(e) => eprintln!("error: {e:#}"),
         }

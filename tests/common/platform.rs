@@ -201,3 +201,16 @@ pub fn pairing_code(text: &str) -> Option<String> {
         })
         .map(str::to_string)
 }
+
+/// Send `text` as `user` to the gateway's API at `base` and do not wait for the answer (a
+/// turn left in flight).
+pub fn fire(base: String, user: &str, text: &str) {
+    let body = serde_json::json!({"model": "x", "user": user, "messages": [{"role": "user", "content": text}]});
+    tokio::spawn(async move {
+        let _ = reqwest::Client::new()
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await;
+    });
+}

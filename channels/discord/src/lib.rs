@@ -47,6 +47,12 @@ const PARALLEL_DOWNLOADS: usize = 8;
 /// Discord's public API; any other `api_url` is a proxy or a fake.
 pub const DISCORD_API_URL: &str = "https://discord.com";
 
+/// Whether `key` names a channel replies can be sent to: `discord:<channel id>` with a
+/// snowflake (what sending parses).
+pub fn is_channel_key(key: &ChatKey) -> bool {
+    send::channel_id(key).is_ok()
+}
+
 /// Settings of the Discord adapter (`[channels.discord]`).
 #[derive(Clone)]
 pub struct DiscordConfig {

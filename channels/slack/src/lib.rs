@@ -54,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub use config::{SLACK_MAX_MESSAGE_LEN, SlackConfig};
+pub use send::is_conversation_key;
 
 use inbound::Intake;
 use memory::Memory;

@@ -19,6 +19,26 @@ use crate::web::WebError;
 /// Attempts per chunk when Slack answers 429.
 const RATE_LIMIT_ATTEMPTS: usize = 5;
 
+/// Whether `key` names a conversation: `slack:<id or name>` (chat.postMessage takes
+/// `C0123ABCD`, `general` or `#general`), with `:<thread ts>` (`1700000000.000100`) for a
+/// thread.
+pub fn is_conversation_key(key: &ChatKey) -> bool {
+    let Ok((conversation, ts)) = target(key) else {
+        return false;
+    };
+    let name = conversation.strip_prefix('#').unwrap_or(conversation);
+    let named = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    let is_ts = |t: &str| {
+        t.split_once('.')
+            .is_some_and(|(a, b)| digits(a) && digits(b))
+    };
+    named && ts.is_none_or(is_ts)
+}
+
 /// `(channel, thread_ts)` from a key's chat id.
 fn target(key: &ChatKey) -> Result<(&str, Option<&str>), SendError> {
     if key.channel != crate::NAME {

@@ -34,6 +34,12 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::TelegramConfig;
 
+/// Whether `key` names a chat replies can be sent to: `telegram:<chat id>` with a number,
+/// or `telegram:<chat id>:topic:<thread id>` (what sending parses).
+pub fn is_chat_key(key: &ChatKey) -> bool {
+    send::Target::parse(key).is_ok()
+}
+
 /// Longest a file download may take (`getFile` and the bytes): 20 MB (the Bot API's limit)
 /// at ~170 KB/s. Its chat's turn waits for it, so it is bounded (a file past it is named to
 /// the model, not read).
