@@ -222,13 +222,41 @@ async fn a_gateway_started_under_nohup_ignores_the_hangup() {
 /// start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_signal_during_the_stop_ends_the_gateway_at_once() {
+    let (_llm, _env, mut gw) = stopping_with_a_turn_in_flight("twice").await;
+    signal(&gw.child, "TERM");
+    let (status, took) = gw.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(143), "exit status {status}");
+    assert!(
+        took < Duration::from_secs(4),
+        "took {took:?}: waited for the turn's grace"
+    );
+    let logs = gw.stderr();
+    assert!(logs.contains("a second stop signal"), "{logs}");
+}
+
+/// A SIGHUP during the stop (the terminal closed after a Ctrl-C, or systemd's
+/// `SendSIGHUP=yes` right after its SIGTERM) leaves the graceful stop to finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hangup_during_the_stop_does_not_cut_it_short() {
+    let (_llm, _env, mut gw) = stopping_with_a_turn_in_flight("hangup").await;
+    signal(&gw.child, "HUP");
+    let (status, _) = gw.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "exit status {status}");
+    let logs = gw.stderr();
+    assert!(!logs.contains("a second stop signal"), "{logs}");
+    assert!(logs.contains("stop signal received"), "{logs}");
+}
+
+/// A gateway with a turn in flight (its LLM answer 120 s away) that has taken a SIGTERM
+/// and stopped taking connections: it is giving the turn its grace.
+async fn stopping_with_a_turn_in_flight(user: &str) -> (FakeLlm, Env, common::GatewayProcess) {
     let llm = FakeLlm::start().await;
     let env = env_with(&llm.base_url(), "");
     llm.push(Reply::text("too late").with_delay(Duration::from_secs(120)));
     let mut gw = env.spawn();
     gw.wait_admin(WAIT);
     let base = http_base(&env);
-    fire(base.clone(), "twice", "in flight");
+    fire(base.clone(), user, "in flight");
     llm.wait_for_requests(1, WAIT).await.unwrap();
     signal(&gw.child, "TERM");
     // The first is taken once the HTTP server stops taking connections.
@@ -245,13 +273,5 @@ async fn a_second_signal_during_the_stop_ends_the_gateway_at_once() {
         assert!(Instant::now() < deadline, "the gateway never began to stop");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    signal(&gw.child, "TERM");
-    let (status, took) = gw.wait_exit(Duration::from_secs(15));
-    assert_eq!(status.code(), Some(143), "exit status {status}");
-    assert!(
-        took < Duration::from_secs(4),
-        "took {took:?}: waited for the turn's grace"
-    );
-    let logs = gw.stderr();
-    assert!(logs.contains("a second stop signal"), "{logs}");
+    (llm, env, gw)
 }

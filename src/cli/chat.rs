@@ -26,6 +26,11 @@ pub struct Interrupted(pub i32);
 /// for is logged and left to its default (the others still count); SIGHUP is left alone
 /// when it was ignored at start (`nohup`).
 async fn stop_signal() -> i32 {
+    stop_signal_among(true).await
+}
+
+/// The first SIGINT or SIGTERM to come, or SIGHUP too when `hangup`: its number.
+async fn stop_signal_among(hangup: bool) -> i32 {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -36,7 +41,7 @@ async fn stop_signal() -> i32 {
             (SignalKind::hangup(), "SIGHUP", 1),
         ] {
             // Listening would undo `nohup` (the handler replaces its "ignore").
-            if number == 1 && hangup_ignored() {
+            if number == 1 && (!hangup || hangup_ignored()) {
                 continue;
             }
             match signal(kind) {
@@ -64,14 +69,16 @@ async fn stop_signal() -> i32 {
 
 /// Cancel `token` on SIGINT, SIGTERM or SIGHUP. A gateway started from a terminal that
 /// is then closed stops as gracefully as one stopped by its service manager. A second
-/// signal during that stop ends the process at once (as a crash: what was unfinished runs
-/// at the next start).
+/// SIGINT or SIGTERM during that stop ends the process at once (as a crash: what was
+/// unfinished runs at the next start). A SIGHUP then does not: it is what closing the
+/// terminal after a Ctrl-C sends, and what systemd's `SendSIGHUP=yes` sends right after
+/// its SIGTERM.
 pub fn cancel_on_signals(token: CancellationToken) {
     tokio::spawn(async move {
         let signal = stop_signal().await;
         tracing::info!(signal, "stop signal received");
         token.cancel();
-        let again = stop_signal().await;
+        let again = stop_signal_among(false).await;
         tracing::warn!(
             signal = again,
             "a second stop signal: exiting at once; unfinished work runs at the next start"
