@@ -288,3 +288,26 @@ async fn an_attached_file_reaches_the_model_as_a_file_in_the_inbox() {
         "the bot token stays with the API"
     );
 }
+
+/// A forward carries its message in `message_snapshots`, with no author: it reaches the
+/// model marked as someone else's words, not as the sender's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_message_reaches_the_model_marked_as_forwarded() {
+    let t = Dc::start().await;
+    let trigger = t.dc.push_message_create(IncomingMessage::dm_forward(
+        DM_CHANNEL,
+        alice(),
+        "meeting moved to 3pm",
+    ));
+    let posts = t.wait_posts(1).await;
+    assert_eq!(posts[0].channel_id, DM_CHANNEL);
+    assert_eq!(
+        t.llm.requests()[0].last_user_text(),
+        "(forwarded message)\nmeeting moved to 3pm"
+    );
+    // Answered as a reply to the forward, not to the message forwarded (elsewhere).
+    assert_eq!(
+        posts[0].body["message_reference"]["message_id"],
+        trigger.to_string()
+    );
+}

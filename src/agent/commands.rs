@@ -53,7 +53,7 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
         return None;
     }
     let mut writes = Batch::default();
-    let text = match switchboard_channel::command_name(&only.text)?.as_str() {
+    let text = match only.command()?.as_str() {
         "new" | "reset" => {
             // What the old conversation set going would report into the new one.
             agent.stop_subagents(&turn.key);

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use switchboard_channel::{InboundMessage, Origin, OutboundKind, SystemOrigin};
+use switchboard_channel::{FORWARDED_FROM, InboundMessage, Origin, OutboundKind, SystemOrigin};
 
 use super::run::{self, LoopEnd, LoopSpec, LoopState};
 use super::session::Session;
@@ -61,9 +61,15 @@ impl Agent {
     pub(super) fn user_content(messages: &[InboundMessage]) -> String {
         let mut parts = Vec::with_capacity(messages.len());
         for m in messages {
+            // A bare mention of the bot ("@bot" alone in a group) is still a question.
+            let said = if m.text.trim().is_empty() && m.attachments.is_empty() {
+                "(mentioned you, with no message)"
+            } else {
+                m.text.as_str()
+            };
             let mut text = match &m.origin {
-                Origin::User if m.is_group => format!("[{}] {}", m.sender.display_name, m.text),
-                Origin::User => m.text.clone(),
+                Origin::User if m.is_group => format!("[{}] {said}", m.sender.display_name),
+                Origin::User => said.to_string(),
                 Origin::System(SystemOrigin::Cron { job_id }) => {
                     format!("[scheduled job {job_id}] {}", m.text)
                 }
@@ -72,6 +78,13 @@ impl Agent {
                     format!("[sub-agent {id} finished] {}", m.text)
                 }
             };
+            if let Some(first) = m.metadata.get(FORWARDED_FROM).and_then(|v| v.as_str()) {
+                // Someone else's words: instructions in them are not the sender's.
+                text = match first {
+                    "" => format!("(forwarded message)\n{text}"),
+                    first => format!("(forwarded from {first})\n{text}"),
+                };
+            }
             if let Some(quoted) = m.metadata.get("reply_to_text").and_then(|v| v.as_str()) {
                 text = format!("(replying to: \"{quoted}\")\n{text}");
             }

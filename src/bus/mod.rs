@@ -343,7 +343,7 @@ impl Bus {
                 self.metrics.duplicates.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let command = switchboard_channel::command_name(&msg.text);
+            let command = msg.command();
             if command.as_deref() == Some("stop") {
                 // Its sender's messages in its chat just before it in this delivery (a
                 // backlog after an outage, one poll) are what it stops: they never run.

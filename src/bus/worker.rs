@@ -72,8 +72,7 @@ impl Bus {
             // messages. A command (`/new`), a reminder or a sub-agent's result still runs,
             // its turn stopped, as before (a command still takes effect, the rest is kept).
             let droppable = batch.iter().all(|q| {
-                q.msg.origin == switchboard_channel::Origin::User
-                    && switchboard_channel::command_name(&q.msg.text).is_none()
+                q.msg.origin == switchboard_channel::Origin::User && q.msg.command().is_none()
             });
             let permit = tokio::select! {
                 // The batch stays in the durable inbox and is replayed on the next start:

@@ -106,10 +106,8 @@ impl GatewaySink {
         let decision = access::decide(access, msg, approved);
         // A bare `/stop` in a group that only mentions reach is for the turn the bot is
         // running there: people do not type `/stop@bot` to stop the answer they are reading.
-        let stops_our_turn = || {
-            switchboard_channel::command_name(&msg.text).as_deref() == Some("stop")
-                && self.bus.is_running(&msg.key)
-        };
+        let stops_our_turn =
+            || msg.command().as_deref() == Some("stop") && self.bus.is_running(&msg.key);
         if decision == Decision::Ignore && msg.is_group && !msg.mentions_bot && stops_our_turn() {
             let mut addressed = msg.clone();
             addressed.mentions_bot = true;

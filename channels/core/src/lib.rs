@@ -30,8 +30,8 @@ pub use channel::{
 };
 pub use key::{ChatKey, ParseKeyError};
 pub use message::{
-    Attachment, AttachmentKind, InboundMessage, Origin, OutboundKind, OutboundMessage, Sender,
-    SystemOrigin, TokenUsage, command_name, human_size,
+    Attachment, AttachmentKind, FORWARDED_FROM, InboundMessage, Origin, OutboundKind,
+    OutboundMessage, Sender, SystemOrigin, TokenUsage, command_name, human_size,
 };
 pub use redact::{StreamRedactor, redact, redact_owned};
 

@@ -79,6 +79,10 @@ pub enum Origin {
     System(SystemOrigin),
 }
 
+/// Metadata key of a forwarded message: who wrote it first, in words (empty when the
+/// platform does not say). The agent shows the model it is not the sender's own words.
+pub const FORWARDED_FROM: &str = "forwarded_from";
+
 /// A message on its way from a platform (or a producer) to the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InboundMessage {
@@ -105,6 +109,15 @@ pub struct InboundMessage {
 }
 
 impl InboundMessage {
+    /// The chat command this message is ([`command_name`]): only a person's own message
+    /// can be one, never a forwarded one (someone else's `/new`) or a producer's.
+    pub fn command(&self) -> Option<String> {
+        if self.origin != Origin::User || self.metadata.contains_key(FORWARDED_FROM) {
+            return None;
+        }
+        command_name(&self.text)
+    }
+
     /// A plain user text message with defaults for everything else.
     pub fn text(
         id: impl Into<String>,
@@ -268,6 +281,24 @@ mod tests {
         assert_eq!(command_name("hello /new"), None);
         assert_eq!(command_name("/"), None);
         assert_eq!(command_name("/@bot"), None);
+    }
+
+    #[test]
+    fn only_a_persons_own_message_is_a_command() {
+        let key: ChatKey = "telegram:7".parse().unwrap();
+        let sender = Sender {
+            id: "7".into(),
+            username: None,
+            display_name: "Ann".into(),
+            is_owner: false,
+        };
+        let mut m = InboundMessage::text("t:1", key, sender, "/new");
+        assert_eq!(m.command().as_deref(), Some("new"));
+        m.metadata.insert(FORWARDED_FROM.into(), "Bob".into());
+        assert_eq!(m.command(), None, "someone else's /new, forwarded");
+        m.metadata.clear();
+        m.origin = Origin::System(SystemOrigin::Heartbeat);
+        assert_eq!(m.command(), None);
     }
 
     #[test]

@@ -2,18 +2,35 @@
 //! mention, the bot's managed role, or a reply to the bot), replies and attachments.
 
 use chrono::{DateTime, Utc};
-use serenity::model::channel::{Message, MessageFlags, MessageType};
+use serenity::model::channel::{
+    Message, MessageFlags, MessageReferenceKind, MessageSnapshot, MessageType,
+};
 use serenity::model::id::{RoleId, UserId};
-use switchboard_channel::{Attachment, AttachmentKind, ChatKey, InboundMessage, Sender};
+use switchboard_channel::{
+    Attachment, AttachmentKind, ChatKey, FORWARDED_FROM, InboundMessage, Sender,
+};
 
 /// Whether serenity `msg` should reach the gateway at all: not ours, not another bot's, a
 /// message a person typed (not a join, pin or other system notice), with text or files (a
 /// sticker, poll or embed alone would be a turn about nothing).
 pub(crate) fn wanted(msg: &Message, bot_id: UserId) -> bool {
+    let has_body = |content: &str, files: &[serenity::model::channel::Attachment]| {
+        !content.trim().is_empty() || !files.is_empty()
+    };
     msg.author.id != bot_id
         && !msg.author.bot
         && matches!(msg.kind, MessageType::Regular | MessageType::InlineReply)
-        && (!msg.content.trim().is_empty() || !msg.attachments.is_empty())
+        && (has_body(&msg.content, &msg.attachments)
+            || forwarded(msg).is_some_and(|f| has_body(&f.content, &f.attachments)))
+}
+
+/// The message a forward carries (Discord puts its body in `message_snapshots`, and not
+/// who wrote it), when `msg` is a forward.
+fn forwarded(msg: &Message) -> Option<&MessageSnapshot> {
+    msg.message_reference
+        .as_ref()
+        .filter(|r| r.kind == MessageReferenceKind::Forward)?;
+    msg.message_snapshots.first()
 }
 
 /// Remove a leading `<@id>` / `<@!id>` (or `<@&role>` of the bot's role) and the space after it.
@@ -68,7 +85,15 @@ pub(crate) fn to_inbound(
     let mentions_bot = msg.mentions.iter().any(|u| u.id == bot_id)
         || bot_role.is_some_and(|r| msg.mention_roles.contains(&r))
         || replied_to_bot;
-    let text = strip_leading_mention(&msg.content, bot_id, bot_role).to_string();
+    let forward = forwarded(msg);
+    let mut text = strip_leading_mention(&msg.content, bot_id, bot_role).to_string();
+    if let Some(f) = forward.filter(|f| !f.content.trim().is_empty()) {
+        text = if text.trim().is_empty() {
+            f.content.clone()
+        } else {
+            format!("{text}\n{}", f.content)
+        };
+    }
     let key = ChatKey::new("discord", msg.channel_id.to_string());
     let mut m = InboundMessage::text(format!("discord:msg:{}", msg.id), key, sender, text);
     m.is_group = msg.guild_id.is_some();
@@ -78,6 +103,7 @@ pub(crate) fn to_inbound(
     m.reply_to = msg
         .message_reference
         .as_ref()
+        .filter(|_| forward.is_none())
         .and_then(|r| r.message_id)
         .or_else(|| msg.referenced_message.as_ref().map(|r| r.id))
         .map(|id| id.to_string());
@@ -94,12 +120,16 @@ pub(crate) fn to_inbound(
     if let Some(g) = msg.guild_id {
         m.metadata.insert("guild_id".into(), g.to_string().into());
     }
+    if forward.is_some() {
+        m.metadata.insert(FORWARDED_FROM.into(), "".into());
+    }
     let voice = msg
         .flags
         .is_some_and(|f| f.contains(MessageFlags::IS_VOICE_MESSAGE));
     let attached: Vec<Attachment> = msg
         .attachments
         .iter()
+        .chain(forward.iter().flat_map(|f| &f.attachments))
         .map(|a| Attachment {
             kind: attachment_kind(a.content_type.as_deref(), voice),
             name: Some(a.filename.clone()),

@@ -22,8 +22,9 @@ use crate::media;
 
 const CHANNEL: &str = "telegram";
 
-/// The bot commands registered with `setMyCommands`.
-const COMMANDS: [(&str, &str); 5] = [
+/// The bot commands registered with `setMyCommands`: the chat commands the gateway
+/// answers without the model.
+pub(crate) const COMMANDS: [(&str, &str); 5] = [
     ("new", "Start a fresh conversation"),
     ("stop", "Stop the current answer"),
     ("status", "Show the assistant's status"),

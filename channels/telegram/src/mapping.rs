@@ -3,10 +3,12 @@
 //! ([`FileRef`]) and downloaded by [`crate::media`].
 
 use serde_json::{Value, json};
-use switchboard_channel::{AttachmentKind, ChatKey, InboundMessage, Sender};
+use switchboard_channel::{AttachmentKind, ChatKey, FORWARDED_FROM, InboundMessage, Sender};
 use teloxide::types::{
-    FileMeta, Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind, User,
+    FileMeta, Message, MessageEntityKind, MessageEntityRef, MessageOrigin, Update, UpdateKind, User,
 };
+
+use crate::intake::COMMANDS;
 
 /// Metadata key of a message's album (`media_group_id`): each photo of an album is its own
 /// message, and only one carries the caption.
@@ -106,16 +108,18 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
     let files = files_of(m);
     let shared = shared_place_or_contact(m);
     let raw_text = m.text().or(m.caption()).unwrap_or_default();
-    if raw_text.trim().is_empty() && files.is_empty() && shared.is_none()
-        || for_another_bot(raw_text, me)
-    {
-        return None;
-    }
-    let sender = sender_of(m)?;
     let entities = m
         .parse_entities()
         .or_else(|| m.parse_caption_entities())
         .unwrap_or_default();
+    let command = leading_command(&entities);
+    let in_group = !m.chat.is_private();
+    if raw_text.trim().is_empty() && files.is_empty() && shared.is_none()
+        || in_group && command.is_some_and(|c| c.bot.is_some_and(|b| !is_bot_name(b, me)))
+    {
+        return None;
+    }
+    let sender = sender_of(m)?;
 
     let chat_id = m.chat.id.0;
     let topic = m.thread_id.filter(|_| m.is_topic_message);
@@ -130,7 +134,16 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
     let replies_to_bot = reply
         .and_then(|r| r.from.as_ref())
         .is_some_and(|u| u.id.0 == me.id);
-    let mentions_bot = replies_to_bot || entities.iter().any(|e| addresses_bot(e, me));
+    // A bare `/help` in a group is for every bot there (Telegram delivers it to each, even
+    // in privacy mode, and its command menu sends it so when the group has one bot). A bare
+    // `/stop` is ours only while our turn runs there, which the gateway knows.
+    let our_command = command.is_some_and(|c| {
+        c.bot.is_none()
+            && !c.name.eq_ignore_ascii_case("stop")
+            && COMMANDS.iter().any(|(n, _)| n.eq_ignore_ascii_case(c.name))
+    });
+    let mentions_bot =
+        replies_to_bot || our_command || entities.iter().any(|e| addresses_bot(e, me));
 
     let mut text = normalise_command(&strip_leading_mention(raw_text, &entities, me), me);
     if let Some(shared) = shared {
@@ -157,6 +170,9 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
     if let Some(t) = topic {
         meta.insert("thread_id".into(), json!(t.0.0.to_string()));
     }
+    if let Some(origin) = m.forward_origin() {
+        meta.insert(FORWARDED_FROM.into(), json!(forwarded_from(origin)));
+    }
     if let Some(album) = m.media_group_id() {
         meta.insert(ALBUM.into(), json!(album.0));
     }
@@ -167,6 +183,26 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
         }
     }
     Some(Mapped { msg, files })
+}
+
+/// Who wrote a forwarded message first, in words: a person's name (and `@username`), the
+/// name a person hides behind, or a group's or channel's title.
+fn forwarded_from(origin: &MessageOrigin) -> String {
+    match origin {
+        MessageOrigin::User { sender_user, .. } => {
+            let name = user_sender(sender_user).display_name;
+            match &sender_user.username {
+                Some(u) => format!("{name} (@{u})"),
+                None => name,
+            }
+        }
+        MessageOrigin::HiddenUser {
+            sender_user_name, ..
+        } => sender_user_name.clone(),
+        MessageOrigin::Chat { sender_chat: c, .. } | MessageOrigin::Channel { chat: c, .. } => {
+            c.title().unwrap_or_default().to_string()
+        }
+    }
 }
 
 /// Whether a bot wrote the message, so that bots never answer each other in a loop. The
@@ -266,13 +302,24 @@ fn strip_leading_mention(
     }
 }
 
-/// `/cmd@other_bot …`: a command for another bot of the chat, never this one's to answer.
-fn for_another_bot(text: &str, me: &BotIdentity) -> bool {
-    let first = text.split_whitespace().next().unwrap_or_default();
-    first.starts_with('/')
-        && first
-            .split_once('@')
-            .is_some_and(|(_, name)| !is_bot_name(name, me))
+/// A bot command that starts a message, as Telegram marked it (a `bot_command` entity at
+/// offset 0: `/home/alice@laptop` is not one): `/Name@bot` → name `name`, bot `bot`.
+#[derive(Debug, Clone, Copy)]
+struct Command<'a> {
+    name: &'a str,
+    bot: Option<&'a str>,
+}
+
+fn leading_command<'a>(entities: &'a [MessageEntityRef<'_>]) -> Option<Command<'a>> {
+    let e = entities
+        .iter()
+        .find(|e| e.start() == 0 && matches!(e.kind(), MessageEntityKind::BotCommand))?;
+    let word = e.text().strip_prefix('/')?;
+    let (name, bot) = match word.split_once('@') {
+        Some((name, bot)) => (name, Some(bot)),
+        None => (word, None),
+    };
+    Some(Command { name, bot })
 }
 
 /// `/cmd@botname args` → `/cmd args`.
@@ -384,208 +431,4 @@ fn files_of(m: &Message) -> Vec<FileRef> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn me() -> BotIdentity {
-        BotIdentity {
-            id: 42,
-            username: "my_bot".into(),
-        }
-    }
-
-    fn update(v: Value) -> Update {
-        let u: Update = serde_json::from_str(&v.to_string()).expect("valid update");
-        assert!(!matches!(u.kind, UpdateKind::Error(_)), "{:?}", u.kind);
-        u
-    }
-
-    #[test]
-    fn commands_for_this_bot_are_normalised() {
-        assert_eq!(
-            normalise_command("/status@My_Bot now", &me()),
-            "/status now"
-        );
-        assert_eq!(normalise_command("/help@my_bot", &me()), "/help");
-        assert_eq!(
-            normalise_command("/help@other_bot", &me()),
-            "/help@other_bot"
-        );
-        assert_eq!(normalise_command("hi /x@my_bot", &me()), "hi /x@my_bot");
-    }
-
-    #[test]
-    fn group_command_addressed_to_the_bot_counts_as_a_mention() {
-        let u = update(json!({"update_id": 5, "message": {
-            "message_id": 9, "date": 1, "chat": {"id": -5, "type": "group", "title": "G"},
-            "from": {"id": 7, "is_bot": false, "first_name": "Ann", "last_name": "Lee"},
-            "text": "/new@my_bot",
-            "entities": [{"type": "bot_command", "offset": 0, "length": 11}]}}));
-        let m = map_update(&u, &me()).expect("mapped").msg;
-        assert_eq!(m.text, "/new");
-        assert!(m.mentions_bot && m.is_group);
-        assert_eq!(m.sender.display_name, "Ann Lee");
-        assert_eq!(m.metadata["chat_type"], json!("group"));
-        assert_eq!(m.metadata["chat_title"], json!("G"));
-    }
-
-    #[test]
-    fn messages_from_bots_are_ignored() {
-        let msg = |from: Value| {
-            update(json!({"update_id": 7, "message": {
-                "message_id": 11, "date": 1, "chat": {"id": -5, "type": "group", "title": "G"},
-                "from": from, "text": "@my_bot hello",
-                "entities": [{"type": "mention", "offset": 0, "length": 7}]}}))
-        };
-        let other_bot = msg(json!({"id": 99, "is_bot": true, "first_name": "Echo"}));
-        assert!(map_update(&other_bot, &me()).is_none());
-        let itself = msg(json!({"id": 42, "is_bot": true, "first_name": "Me"}));
-        assert!(map_update(&itself, &me()).is_none());
-        let person = msg(json!({"id": 7, "is_bot": false, "first_name": "Ann"}));
-        assert_eq!(
-            map_update(&person, &me()).expect("mapped").msg.text,
-            "hello"
-        );
-    }
-
-    #[test]
-    fn another_bots_commands_and_a_channels_copied_posts_are_not_for_the_bot() {
-        let group = |extra: Value| {
-            let mut m = json!({
-                "message_id": 13, "date": 1,
-                "chat": {"id": -1002, "type": "supergroup", "title": "G"},
-                "from": {"id": 7, "is_bot": false, "first_name": "Ann"}});
-            m.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            update(json!({"update_id": 9, "message": m}))
-        };
-        let command = |text: &str| {
-            let len = text.split_whitespace().next().unwrap().len();
-            group(json!({"text": text,
-                "entities": [{"type": "bot_command", "offset": 0, "length": len}]}))
-        };
-        assert!(map_update(&command("/start@other_bot"), &me()).is_none());
-        assert!(map_update(&command("/weather@other_bot Paris"), &me()).is_none());
-        let ours = map_update(&command("/status@my_bot"), &me()).expect("ours");
-        assert_eq!(ours.msg.text, "/status");
-        assert_eq!(
-            map_update(&command("/status"), &me())
-                .expect("bare")
-                .msg
-                .text,
-            "/status"
-        );
-        let copied = group(json!({
-            "from": {"id": 777_000, "is_bot": false, "first_name": "Telegram"},
-            "sender_chat": {"id": -1003, "type": "channel", "title": "News"},
-            "is_automatic_forward": true,
-            "text": "New post!"}));
-        assert!(map_update(&copied, &me()).is_none());
-    }
-
-    #[test]
-    fn videos_places_and_contacts_get_through_stickers_dice_and_polls_do_not() {
-        let dm = |extra: Value| {
-            let mut m = json!({"message_id": 20, "date": 1,
-                "chat": {"id": 7, "type": "private", "first_name": "Ann"},
-                "from": {"id": 7, "is_bot": false, "first_name": "Ann"}});
-            m.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            map_update(&update(json!({"update_id": 20, "message": m})), &me())
-        };
-        // teloxide wants `mime_type`, which Telegram always sends with these.
-        let file = |id: &str| {
-            json!({"file_id": id, "file_unique_id": format!("u{id}"),
-            "width": 640, "height": 480, "duration": 3, "file_size": 1000,
-            "mime_type": "video/mp4"})
-        };
-        let kinds = |m: &Mapped| -> Vec<(AttachmentKind, String)> {
-            m.files
-                .iter()
-                .map(|f| (f.kind, f.file_id.clone()))
-                .collect()
-        };
-        let video = dm(json!({"video": file("V"), "caption": "what is this?"})).expect("video");
-        assert_eq!(kinds(&video), [(AttachmentKind::Video, "V".to_string())]);
-        assert_eq!(video.msg.text, "what is this?");
-        let note = dm(
-            json!({"video_note": {"file_id": "N", "file_unique_id": "uN",
-            "length": 240, "duration": 5}}),
-        )
-        .expect("round video");
-        assert_eq!(kinds(&note), [(AttachmentKind::Video, "N".to_string())]);
-        // As the Bot API sends a GIF: an animation, and the same file as a document.
-        let gif = dm(json!({"animation": file("G"), "document": {"file_id": "G",
-            "file_unique_id": "uG"}}))
-        .expect("animation");
-        assert_eq!(kinds(&gif), [(AttachmentKind::Video, "G".to_string())]);
-        let place = json!({"latitude": 48.8584, "longitude": 2.2945});
-        let at = dm(json!({"location": place})).expect("location");
-        assert_eq!(at.msg.text, "[location: 48.858400, 2.294500]");
-        let venue = dm(json!({"location": place, "venue": {"location": place,
-            "title": "Eiffel Tower", "address": "Champ de Mars"}}))
-        .expect("venue");
-        assert_eq!(
-            venue.msg.text,
-            "[venue: Eiffel Tower, Champ de Mars (48.858400, 2.294500)]"
-        );
-        let contact = dm(json!({"contact": {"phone_number": "+33600000000",
-            "first_name": "Bob", "last_name": "Smith"}}))
-        .expect("contact");
-        assert_eq!(contact.msg.text, "[contact: Bob Smith, +33600000000]");
-        assert!(dm(json!({"dice": {"emoji": "🎲", "value": 4}})).is_none());
-        let poll = json!({"id": "1", "question": "Lunch?", "options": [
-            {"text": "yes", "voter_count": 0}, {"text": "no", "voter_count": 0}],
-            "total_voter_count": 0, "is_closed": false, "is_anonymous": true,
-            "type": "regular", "allows_multiple_answers": false});
-        assert!(dm(json!({"poll": poll})).is_none());
-    }
-
-    #[test]
-    fn anonymous_admins_are_not_taken_for_bots() {
-        let u = update(json!({"update_id": 8, "message": {
-            "message_id": 12, "date": 1,
-            "chat": {"id": -1001, "type": "supergroup", "title": "G"},
-            "from": {"id": 1_087_968_824_u64, "is_bot": true, "first_name": "Group",
-                     "username": "GroupAnonymousBot"},
-            "sender_chat": {"id": -1001, "type": "supergroup", "title": "G"},
-            "text": "hello"}}));
-        let msg = map_update(&u, &me()).expect("mapped").msg;
-        assert_eq!(msg.text, "hello");
-        // The group it was written as, not the stand-in every anonymous admin shares.
-        assert_eq!(
-            (msg.sender.id.as_str(), msg.sender.display_name.as_str()),
-            ("-1001", "G")
-        );
-        // Sent as a channel: that channel.
-        let u = update(json!({"update_id": 9, "message": {
-            "message_id": 13, "date": 1,
-            "chat": {"id": -1001, "type": "supergroup", "title": "G"},
-            "from": {"id": 136_817_688_u64, "is_bot": true, "first_name": "Channel",
-                     "username": "Channel_Bot"},
-            "sender_chat": {"id": -1002, "type": "channel", "title": "News",
-                            "username": "news"},
-            "text": "hi all"}}));
-        let sender = map_update(&u, &me()).expect("mapped").msg.sender;
-        assert_eq!(
-            (sender.id.as_str(), sender.username.as_deref()),
-            ("-1002", Some("news"))
-        );
-    }
-
-    #[test]
-    fn mention_after_non_ascii_text_is_found_by_utf16_offsets() {
-        // "Привет 👋 @my_bot": the emoji is two UTF-16 units.
-        let text = "Привет 👋 @my_bot";
-        let u = update(json!({"update_id": 6, "message": {
-            "message_id": 10, "date": 1, "chat": {"id": -5, "type": "supergroup", "title": "G"},
-            "from": {"id": 7, "is_bot": false, "first_name": "Ann"},
-            "text": text,
-            "entities": [{"type": "mention", "offset": 10, "length": 7}]}}));
-        let m = map_update(&u, &me()).expect("mapped").msg;
-        assert!(m.mentions_bot);
-        assert_eq!(m.text, text);
-    }
-}
+mod tests;

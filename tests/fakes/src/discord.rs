@@ -499,6 +499,20 @@ fn incoming_json(id: u64, msg: &IncomingMessage) -> Value {
                 );
                 m.insert("referenced_message".into(), referenced);
             }
+            if let Some((text, files)) = &msg.forwarded {
+                m.insert(
+                    "message_reference".into(),
+                    json!({"type": 1, "message_id": "900000000000000001",
+                           "channel_id": "900000000000000002"}),
+                );
+                m.insert(
+                    "message_snapshots".into(),
+                    json!([{"message": {"content": text, "type": 0, "flags": 0,
+                        "timestamp": "2024-12-31T00:00:00.000000+00:00",
+                        "edited_timestamp": null, "mentions": [], "mention_roles": [],
+                        "attachments": files, "embeds": [], "components": []}}]),
+                );
+            }
             if msg.guild_id.is_some() {
                 m.insert(
                     "member".into(),

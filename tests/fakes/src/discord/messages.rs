@@ -74,6 +74,10 @@ pub struct IncomingMessage {
     pub reply_to: Option<(u64, Author, String)>,
     /// Raw attachment objects (see [`attachment`]).
     pub attachments: Vec<Value>,
+    /// A forward: the forwarded message's content and attachments, sent as Discord does (a
+    /// `message_reference` of type 1 and `message_snapshots`, this message's own content
+    /// empty, and nothing of who wrote it).
+    pub forwarded: Option<(String, Vec<Value>)>,
 }
 
 impl IncomingMessage {
@@ -88,7 +92,15 @@ impl IncomingMessage {
             mention_roles: Vec::new(),
             reply_to: None,
             attachments: Vec::new(),
+            forwarded: None,
         }
+    }
+
+    /// A direct message forwarding a message that said `text` (see [`Self::forwarded`]).
+    pub fn dm_forward(channel_id: u64, author: Author, text: &str) -> Self {
+        let mut m = Self::dm(channel_id, author, "");
+        m.forwarded = Some((text.to_string(), Vec::new()));
+        m
     }
 
     /// A guild message starting with `<@BOT_USER_ID>` and listing the bot in `mentions`.
