@@ -202,13 +202,15 @@ async fn steering_is_in_the_request_but_never_stored_or_shown() {
         !stored.contains("Telegram:") && !stored.contains("scheduled reminder you set"),
         "{stored}"
     );
-    // The system prompt: identity, channel facts; clock in the dynamic part.
+    // The system prompt: identity, channel facts; clock in the dynamic part. A turn the
+    // scheduler started has no one to talk with.
     let system = msgs[0]["content"].as_str().unwrap();
     assert!(system.starts_with("You are Switchboard"));
     assert!(
         system.contains(
-            "Channel: telegram (a direct chat), chat key telegram:42. Talking with: Ada."
-        )
+            "Channel: telegram (a direct chat), chat key telegram:42. No one wrote this turn"
+        ),
+        "{system}"
     );
     assert!(system.contains("Current date and time:"));
 }
@@ -293,6 +295,11 @@ async fn long_history_is_cut_to_fit_without_splitting_tool_pairs() {
     assert_eq!(out.replies[0].text, "fits");
     let body = &h.llm.requests()[0].body;
     let msgs = messages(body);
+    let system = msgs[0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("chat key telegram:42. Talking with: Ada."),
+        "{system}"
+    );
     let size: usize = serde_json::to_string(&msgs).unwrap().len();
     assert!(size / 3 < 12_000, "request within the window: {size} chars");
     assert!(

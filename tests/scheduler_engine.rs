@@ -344,7 +344,7 @@ async fn a_recurring_job_fires_once_for_a_missed_window_with_catch_up_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_missed_run_is_not_caught_up_when_the_next_is_less_than_half_a_period_away() {
+async fn a_missed_run_is_not_caught_up_when_the_next_is_less_than_a_quarter_period_away() {
     let dir = tempfile::tempdir().unwrap();
     let rig = Rig::start(dir.path(), at("2026-11-20T07:00:00Z"), Config::default()).await;
     let mut new = job(ScheduleSpec::Cron("0 9 * * *".into()), "standup");
@@ -380,9 +380,9 @@ async fn a_missed_run_is_not_caught_up_when_the_next_is_less_than_half_a_period_
     );
     rig.stop().await;
 
-    // Back at 20:00 instead, more than half a day before the next run: the missed one is
-    // caught up, and the model is told it is late.
-    let rig = Rig::start(dir.path(), at("2026-11-24T19:00:00Z"), Config::default()).await;
+    // Back at 21:30 instead, 11.5 h before the next run: the missed one is caught up (a
+    // daily medicine reminder still comes that day), and the model is told it is late.
+    let rig = Rig::start(dir.path(), at("2026-11-24T20:30:00Z"), Config::default()).await;
     assert!(rig.handler.wait_for(1, Duration::from_secs(5)).await);
     let (msg, _) = rig.handler.received().remove(0);
     assert_eq!(

@@ -44,16 +44,14 @@ async fn a_reminder_set_by_the_model_fires_into_its_chat() {
     ));
     llm.push(Reply::text("Reminder set."));
     let key = ChatKey::new("test", "family");
-    running
-        .inbound()
-        .publish(InboundMessage::text(
-            "r1",
-            key.clone(),
-            ann(),
-            "remind me in 2 seconds to call mum",
-        ))
-        .await
-        .unwrap();
+    let mut asked = InboundMessage::text(
+        "r1",
+        key.clone(),
+        ann(),
+        "remind me in 2 seconds to call mum",
+    );
+    (asked.is_group, asked.mentions_bot) = (true, true);
+    running.inbound().publish(asked).await.unwrap();
     let sent = ch.wait_for(1, WAIT).await;
     assert_eq!(sent[0].text, "Reminder set.");
     let jobs = running.shared.scheduler.list(Some(&key));
@@ -63,7 +61,7 @@ async fn a_reminder_set_by_the_model_fires_into_its_chat() {
         channel: "test".into(),
         id: "u1".into(),
         username: None,
-        group: false,
+        group: true,
     };
     assert_eq!(jobs[0].set_by, [ann_set_it]);
 
@@ -78,6 +76,20 @@ async fn a_reminder_set_by_the_model_fires_into_its_chat() {
         "{last}"
     );
     assert!(sent[1].text.contains("call mum"), "{}", sent[1].text);
+    // Asked to remind, the model was pointed at the cron tool; the reminder's own run is not
+    // (it would set itself again). That run is worded for the group it was set in, and greets
+    // no "Scheduler".
+    const NUDGE: &str = "use the cron tool";
+    assert!(reqs[0].body.to_string().contains(NUDGE));
+    let run = reqs.last().unwrap();
+    assert!(!run.body.to_string().contains(NUDGE), "{}", run.body);
+    let system = run.system_text();
+    assert!(system.contains("(a group chat)"), "{system}");
+    assert!(
+        system.contains("No one wrote this turn") && system.contains("set by test user u1"),
+        "{system}"
+    );
+    assert!(!system.contains("Scheduler"), "{system}");
     // One-shot: done after it ran, its run recorded (the record is written right after the
     // hand-over to the bus, so it may trail the reply by a moment).
     let deadline = tokio::time::Instant::now() + WAIT;

@@ -10,7 +10,9 @@ use std::time::Duration;
 use scheduler_support::{Rig, at, key};
 use switchboard::config::{Config, DurationStr};
 use switchboard::scheduler::heartbeat::in_active_hours;
-use switchboard::scheduler::{Beat, Heartbeat, TokioClock, is_actionable, suppress_reply};
+use switchboard::scheduler::{
+    Beat, Heartbeat, TokioClock, is_actionable, suppress_reply, without_token,
+};
 use switchboard::store::Tree;
 use switchboard_channel::{InboundMessage, Origin, Sender, SystemOrigin};
 use tokio::sync::Notify;
@@ -64,6 +66,8 @@ fn heartbeat_ok_suppression_table() {
         ("HEARTBEAT_OK — nothing to do right now.", true),
         ("All quiet today. HEARTBEAT_OK", true),
         ("All quiet today. HEARTBEAT_OK.", true),
+        ("\"HEARTBEAT_OK\"", true),
+        ("`HEARTBEAT_OK`", true),
         ("Don't forget: the dentist is at 15:00.", false),
         ("The word HEARTBEAT_OK in the middle does not count", false),
         (long.as_str(), false),
@@ -71,6 +75,34 @@ fn heartbeat_ok_suppression_table() {
     ];
     for (reply, expect) in cases {
         assert_eq!(suppress_reply(reply), *expect, "{reply:?}");
+    }
+}
+
+#[test]
+fn a_delivered_heartbeat_reply_loses_the_token_at_its_ends() {
+    let rent = format!("Rent is due tomorrow. {}", "Pay it! ".repeat(40));
+    let cases = [
+        (format!("{rent} HEARTBEAT_OK"), rent.trim_end().to_string()),
+        (
+            format!("{rent}\n\n**HEARTBEAT_OK**"),
+            rent.trim_end().to_string(),
+        ),
+        (
+            format!("HEARTBEAT_OK — {rent}"),
+            rent.trim_end().to_string(),
+        ),
+        (
+            "The word HEARTBEAT_OK in the middle stays".to_string(),
+            "The word HEARTBEAT_OK in the middle stays".to_string(),
+        ),
+        (
+            "**Rent** is due.".to_string(),
+            "**Rent** is due.".to_string(),
+        ),
+    ];
+    for (reply, expect) in cases {
+        assert!(!suppress_reply(&reply), "{reply:?}");
+        assert_eq!(without_token(&reply), expect, "{reply:?}");
     }
 }
 

@@ -61,6 +61,15 @@ fn at_absolute_and_local() {
         at("2026-11-22T09:00:00Z", BERLIN),
         t("2026-11-22T09:00:00Z")
     );
+    // With an offset but no seconds, as models write it.
+    for s in [
+        "2026-11-22T09:00+01:00",
+        "2026-11-22 09:00+01:00",
+        "2026-11-22T09:00+0100",
+    ] {
+        assert_eq!(at(s, chrono_tz::UTC), t("2026-11-22T08:00:00Z"), "{s}");
+    }
+    assert_eq!(at("2026-11-22T09:00Z", BERLIN), t("2026-11-22T09:00:00Z"));
     // Local times are read in the job's timezone (CET in November, CEST in July).
     assert_eq!(at("2026-11-22 09:00", BERLIN), t("2026-11-22T08:00:00Z"));
     assert_eq!(at("2026-07-01 09:00", BERLIN), t("2026-07-01T07:00:00Z"));
@@ -112,7 +121,8 @@ fn every_keeps_its_phase() {
     // "1M" is no minute: a model meaning a month would get a reminder a minute.
     let e = Schedule::parse(&ScheduleSpec::Every("1M".into()), BERLIN, now).unwrap_err();
     assert!(e.to_string().contains("minutes or months"), "{e}");
-    assert!(Schedule::parse(&ScheduleSpec::At("in 1M".into()), BERLIN, now).is_err());
+    let e = Schedule::parse(&ScheduleSpec::At("in 1M".into()), BERLIN, now).unwrap_err();
+    assert!(e.to_string().contains("minutes or months"), "{e}");
     let s = Schedule::parse(&ScheduleSpec::At("in 1m".into()), BERLIN, now).unwrap();
     assert_eq!(next_after(&s, BERLIN, now), Some(t("2026-03-01T12:01:00Z")));
 }

@@ -5,9 +5,10 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use switchboard_channel::InboundMessage;
+use switchboard_channel::{InboundMessage, Origin};
 
 use super::skills::Skill;
+use crate::access::Setter;
 use crate::config::Config;
 
 /// Workspace files inlined into the prompt, in order.
@@ -80,14 +81,33 @@ pub fn stable(
     };
     let _ = write!(
         p,
-        "\n\n## This chat\nChannel: {} ({chat}), chat key {}. Talking with: {}.",
-        last.key.channel, last.key, last.sender.display_name
+        "\n\n## This chat\nChannel: {} ({chat}), chat key {}. {}",
+        last.key.channel,
+        last.key,
+        talking_with(last)
     );
     if let Some(s) = summary.filter(|s| !s.trim().is_empty()) {
         let _ = write!(p, "\n\n## Earlier in this conversation (condensed)\n{s}");
     }
     // No secret of the gateway's goes to the provider, whatever a file came to hold.
     switchboard_channel::redact_owned(p)
+}
+
+/// Who the turn answers: the sender of a message; for a turn the gateway started, no one
+/// (the scheduler is not a person to greet), with who set a reminder when known.
+fn talking_with(last: &InboundMessage) -> String {
+    if last.origin == Origin::User {
+        return format!("Talking with: {}.", last.sender.display_name);
+    }
+    let mut s =
+        "No one wrote this turn: the gateway started it, and your answer goes to this chat."
+            .to_string();
+    let setters = crate::access::setters(std::slice::from_ref(last));
+    if !setters.is_empty() {
+        let names: Vec<String> = setters.iter().map(Setter::to_string).collect();
+        let _ = write!(s, " The reminder was set by {}.", names.join(", "));
+    }
+    s
 }
 
 /// The dynamic suffix: current date and time in `gateway.timezone`, and the model.

@@ -174,7 +174,15 @@ impl Agent {
             tool_timeout: self.config.agent.tool_timeout.get(),
             context_window: self.config.llm.context_window,
             steering: self.turn_steering(last, &session, &dynamic),
-            user_text: user.content.clone(),
+            // What a person asked: the tool nudges read it (a reminder's own words saying
+            // "remind" must not nudge the model into scheduling it again).
+            user_text: turn
+                .messages
+                .iter()
+                .filter(|m| m.origin == Origin::User)
+                .map(|m| m.text.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
         };
         let mut state = LoopState {
             history,
@@ -243,7 +251,7 @@ impl Agent {
         if used_tools || found.kept {
             resume::clear(key, &mut writes);
         }
-        let (reply, kind) = match end {
+        let (mut reply, kind) = match end {
             // Never a silent drop: a person who wrote gets told the model said nothing, a
             // reminder or a sub-agent's result still reaches its chat. (A heartbeat with
             // nothing to say stays silent, as designed.)
@@ -329,8 +337,11 @@ impl Agent {
                 return Ok(self.failed(last, text, Some(state.usage), writes));
             }
         };
-        let heartbeat_ok = last.origin == Origin::System(SystemOrigin::Heartbeat)
-            && crate::scheduler::heartbeat::suppress_reply(&reply);
+        let heartbeat = last.origin == Origin::System(SystemOrigin::Heartbeat);
+        let heartbeat_ok = heartbeat && crate::scheduler::heartbeat::suppress_reply(&reply);
+        if heartbeat && !heartbeat_ok {
+            reply = crate::scheduler::heartbeat::without_token(&reply);
+        }
         if heartbeat_ok {
             // Nothing to tell: the beat leaves no trace in the chat's history, which would
             // otherwise fill with beats the user never saw (and push their conversation out).

@@ -411,8 +411,9 @@ impl Scheduler {
 }
 
 /// Why a missed run of a recurring `job` (due at `due`, handled at `now`) is not caught up:
-/// the job says `catch_up = "skip"`, or its next regular run comes within half a period (a
-/// daily 09:00 job back at 08:59:50 runs once, at 09:00, not twice in ten seconds).
+/// the job says `catch_up = "skip"`, or its next regular run comes within a quarter of a
+/// period (a daily 09:00 job back at 08:59:50 runs once, at 09:00, not twice in ten
+/// seconds; back at 21:30, the morning's reminder still comes, late and saying so).
 fn skip_missed(job: &Job, due: DateTime<Utc>, now: DateTime<Utc>) -> Option<&'static str> {
     if !job.schedule.is_recurring() || now - due <= MISSED_GRACE {
         return None;
@@ -425,7 +426,7 @@ fn skip_missed(job: &Job, due: DateTime<Utc>, now: DateTime<Utc>) -> Option<&'st
     // The period as it stands now: from the next run to the one after it (a weekday job
     // on a Friday counts three days).
     let period = next_after(&job.schedule, tz, next)? - next;
-    (next - now < period / 2).then_some("missed while the gateway was down; the next run is soon")
+    (next - now < period / 4).then_some("missed while the gateway was down; the next run is soon")
 }
 
 /// `job` after a run that was due at `due`: the run recorded and the job re-armed (a failed
@@ -482,6 +483,8 @@ fn inbound(
         text,
     );
     msg.received_at = now;
+    // Set in a group: it goes to the group, and is worded for it.
+    msg.is_group = job.set_by.iter().any(|s| s.group);
     msg.origin = Origin::System(SystemOrigin::Cron {
         job_id: job.id.clone(),
     });

@@ -24,22 +24,39 @@ pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
 /// Most of `HEARTBEAT.md` read, in bytes.
 const MAX_READ: u64 = 256 * 1024;
 
+/// What a heartbeat reply says when there is nothing to do.
+const TOKEN: &str = "HEARTBEAT_OK";
+
+/// Marks a model puts around the token: emphasis, code, quotes, punctuation, spaces.
+fn around_token(c: char) -> bool {
+    matches!(
+        c,
+        '*' | '_' | '`' | '.' | '!' | '"' | '\'' | '“' | '”' | '‘' | '’'
+    ) || c.is_whitespace()
+}
+
 /// A heartbeat reply that only says "nothing to do" is not delivered: `HEARTBEAT_OK` alone,
 /// or at the start or end of a reply of at most 300 characters. Markdown emphasis or code
-/// marks and trailing punctuation around the token do not count.
+/// marks, quotes and trailing punctuation around the token do not count.
 pub fn suppress_reply(text: &str) -> bool {
     let t = text.trim();
-    let strip = |s: &str| -> String {
-        s.trim_matches(|c: char| matches!(c, '*' | '_' | '`' | '.' | '!' | ' ' | '\n'))
-            .to_string()
-    };
-    if strip(t) == "HEARTBEAT_OK" {
-        return true;
+    let s = t.trim_matches(around_token);
+    s == TOKEN || t.chars().count() <= 300 && (s.starts_with(TOKEN) || s.ends_with(TOKEN))
+}
+
+/// A heartbeat reply that is delivered (it has more to say) without the token at its start
+/// or end: that is for the gateway, not for the user.
+pub fn without_token(text: &str) -> String {
+    let mut t = text.trim();
+    if let Some(rest) = t.trim_start_matches(around_token).strip_prefix(TOKEN) {
+        t = rest.trim_start_matches(|c: char| around_token(c) || matches!(c, '—' | '-' | ':'));
     }
-    t.chars().count() <= 300 && {
-        let s = strip(t);
-        s.starts_with("HEARTBEAT_OK") || s.ends_with("HEARTBEAT_OK")
+    if let Some(rest) = t.trim_end_matches(around_token).strip_suffix(TOKEN) {
+        t = rest.trim_end_matches(|c: char| {
+            matches!(c, '*' | '_' | '`' | '—' | '-' | ':' | '"') || c.is_whitespace()
+        });
     }
+    t.to_string()
 }
 
 /// Whether `HEARTBEAT.md` asks for anything. Blank lines, headings (`#` or underlined),

@@ -25,7 +25,7 @@ pub mod tool;
 
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use engine::{Limits, Scheduler};
-pub use heartbeat::{Beat, Heartbeat, is_actionable, suppress_reply};
+pub use heartbeat::{Beat, Heartbeat, is_actionable, suppress_reply, without_token};
 pub use job::{CatchUp, Delivery, Job, NewJob, Outcome, Run};
 pub use schedule::{Schedule, ScheduleError, ScheduleSpec, next_after, parse_tz};
 pub use tool::CronTool;

@@ -56,6 +56,8 @@ pub enum ScheduleError {
          time (\"in 10m\", \"in 2h\"), or a local time (\"2026-11-22 09:00\", \"tomorrow 09:00\")"
     )]
     BadTime(String),
+    #[error("cannot read {0:?} as a time: {1}")]
+    BadRelative(String, String),
     #[error("{at} is in the past (it is now {now}): give a future time")]
     InPast { at: String, now: String },
     #[error("`every`: {0}")]
@@ -289,6 +291,21 @@ fn plain_duration(s: &str) -> Result<Duration, String> {
     crate::config::parse_duration(&words.join(" "))
 }
 
+/// A time with its UTC offset: RFC 3339, or as models also write it, without seconds
+/// (`2026-12-01T09:00+01:00`, `2026-12-01 09:00Z`).
+fn with_offset(s: &str) -> Option<DateTime<chrono::FixedOffset>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t);
+    }
+    let s = match s.strip_suffix(['Z', 'z']) {
+        Some(utc) => format!("{utc}+00:00"),
+        None => s.to_string(),
+    };
+    ["%Y-%m-%dT%H:%M%:z", "%Y-%m-%d %H:%M%:z", "%Y-%m-%dT%H:%M%z"]
+        .iter()
+        .find_map(|f| DateTime::parse_from_str(&s, f).ok())
+}
+
 fn parse_at(s: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, ScheduleError> {
     let s = s.trim();
     if s.is_empty() {
@@ -298,10 +315,11 @@ fn parse_at(s: &str, tz: Tz, now: DateTime<Utc>) -> Result<DateTime<Utc>, Schedu
     let lower = s.to_ascii_lowercase();
     let at = if lower.starts_with("in ") {
         // As written: `in 1M` is no minute (see `plain_duration`).
-        let d = plain_duration(&s[3..]).map_err(|_| bad())?;
+        let d = plain_duration(&s[3..])
+            .map_err(|why| ScheduleError::BadRelative(s.to_string(), why))?;
         let d = chrono::Duration::from_std(d).map_err(|_| bad())?;
         now.checked_add_signed(d).ok_or_else(bad)?
-    } else if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+    } else if let Some(t) = with_offset(s) {
         t.with_timezone(&Utc)
     } else {
         let today = now.with_timezone(&tz).date_naive();

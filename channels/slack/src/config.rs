@@ -54,6 +54,10 @@ pub struct SlackConfig {
     /// network; doubling, 3 times); a conversation whose catch-up failed all the same is
     /// tried again after 30 times it, doubling up to 15 minutes.
     pub catch_up_backoff: Duration,
+    /// Who may write is decided by names too (`allow_from` lists one): a message whose
+    /// sender's name `users.info` has not given yet (slow, or failing) is not taken in, and
+    /// Slack delivers it again, rather than its sender being judged a stranger.
+    pub names_decide_access: bool,
 }
 
 impl SlackConfig {
@@ -77,6 +81,7 @@ impl SlackConfig {
             file_download_timeout: Duration::from_secs(120),
             state_file: None,
             catch_up_backoff: Duration::from_secs(1),
+            names_decide_access: false,
         }
     }
 

@@ -92,6 +92,7 @@ async fn handle(sh: &Arc<Shared>, headers: &HeaderMap, body: &[u8]) -> (u16, Str
                 Err(IntakeError::NotRunning) => text(503, "slack channel not running yet"),
                 // Slack retries; by then the catch-up has published it (or it goes in).
                 Err(IntakeError::CatchingUp) => text(503, "slack channel catching up"),
+                Err(IntakeError::NameUnknown) => text(503, "slack sender's name not known yet"),
                 Err(IntakeError::Publish(e)) => {
                     warn!(error = %e, "slack event not published; slack will retry");
                     text(500, "could not publish")

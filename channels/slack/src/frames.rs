@@ -127,7 +127,7 @@ impl Frames {
         match self.sh.intake(payload).await {
             Ok(()) => Some(ack(envelope_id)),
             // Slack sends it again later; the read loop goes on at once.
-            Err(e @ crate::IntakeError::CatchingUp) => {
+            Err(e @ (crate::IntakeError::CatchingUp | crate::IntakeError::NameUnknown)) => {
                 debug!(error = %e, "slack event held; envelope left unacknowledged");
                 None
             }

@@ -78,6 +78,8 @@ pub(crate) enum IntakeError {
     NotRunning,
     #[error("the conversation's catch-up is still running")]
     CatchingUp,
+    #[error("the sender's name is not known yet, and names decide who may write")]
+    NameUnknown,
     #[error(transparent)]
     Publish(#[from] PublishError),
 }
@@ -191,6 +193,13 @@ impl Shared {
             Intake::Publish(c) => c,
         };
         self.name_sender(&mut c.msg.sender, lookups_until).await;
+        if self.cfg.names_decide_access
+            && c.msg.sender.username.is_none()
+            && !self.memory().users.contains(&c.msg.sender.id)
+        {
+            // Its lookup goes on, and fills the cache for the redelivery.
+            return Err(IntakeError::NameUnknown);
+        }
         if !c.files.is_empty() {
             let pending = files::Pending {
                 tag: c.msg.id.rsplit(':').next().unwrap_or_default().to_string(),
@@ -336,7 +345,13 @@ impl Shared {
                 Ok(n) => mem.users.insert(id, n),
                 // Slack answered (user_not_found, missing_scope…): don't ask again.
                 Err(web::WebError::Api(code)) => {
-                    debug!(%code, "slack users.info refused; showing the user id");
+                    if sh.cfg.names_decide_access {
+                        warn!(%code, user = %id, "slack users.info refused, so this user's \
+                            name is unknown and allow_from's names cannot match them; list \
+                            their member id (or grant the users:read scope)");
+                    } else {
+                        debug!(%code, "slack users.info refused; showing the user id");
+                    }
                     mem.users.insert(id, None);
                 }
                 Err(e) => debug!(error = %e, "slack users.info failed"),

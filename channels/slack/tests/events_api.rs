@@ -318,3 +318,34 @@ async fn slow_lookups_together_do_not_hold_the_answer_past_slacks_3_s() {
     assert_eq!(fake.call_count("conversations.replies"), 1);
     run.stop().await.unwrap();
 }
+
+/// With names in `allow_from`, a sender is not judged without their name: a failed
+/// `users.info` leaves the event to Slack's redelivery (503), which then finds the name.
+/// A user Slack says it does not know goes in nameless, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_names_decide_access_an_event_waits_for_its_senders_name() {
+    let fake = FakeSlack::start().await;
+    fake.add_user("U5", "alice");
+    fake.inject("users.info", Fault::Status(500));
+    let mut cfg = events_config(&fake, SECRET);
+    cfg.names_decide_access = true;
+    let run = start(cfg);
+    run.sink.wait_for_connected(true).await;
+    let body = events::event_callback_body("Ev20", events::dm("D5", "U5", "hello", "20.0"));
+    assert_eq!(deliver(&run.channel, &body).await, 503);
+    assert!(run.sink.published().is_empty());
+    // Slack's retry of the same event.
+    assert_eq!(deliver(&run.channel, &body).await, 200);
+    let got = run.sink.published();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].sender.username.as_deref(), Some("alice"));
+    assert_eq!(fake.call_count("users.info"), 2);
+
+    fake.inject("users.info", Fault::Error("user_not_found".into()));
+    let body = events::event_callback_body("Ev21", events::dm("D6", "U6", "hi", "21.0"));
+    assert_eq!(deliver(&run.channel, &body).await, 200);
+    let got = run.sink.published();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].sender.username, None);
+    run.stop().await.unwrap();
+}

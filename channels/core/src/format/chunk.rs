@@ -74,23 +74,30 @@ impl Chunker {
         let mut starts = Vec::new();
         let mut kinds = Vec::new();
         let mut fences: Vec<Fence> = Vec::new();
-        let mut open = None; // (fence index, marker, len) of the fence we are in
+        // The fence we are in: its index, its opening, and how deep in quotes it is.
+        let mut open = None;
         let mut pos = 0;
         for raw in text.split('\n') {
             starts.push(pos);
             pos += raw.chars().count() + 1;
             let line = raw.trim_end_matches('\r');
+            let (prefix, content) = quote_prefix(line);
+            let depth = prefix.matches('>').count();
+            // A fence in a quote ends with the quote.
+            if open.as_ref().is_some_and(|&(_, _, d)| d > 0 && d != depth) {
+                open = None;
+            }
             kinds.push(match open {
-                Some((f, ref o)) if fence_closes(line, o) => {
+                Some((f, ref o, d)) if fence_closes(if d > 0 { content } else { line }, o) => {
                     open = None;
                     Line::Close(f)
                 }
-                Some((f, _)) => Line::Body(f),
-                None => match fence_open(line) {
+                Some((f, _, _)) => Line::Body(f),
+                None => match fence_open(content) {
                     Some(o) => {
                         let f = fences.len();
-                        fences.push(fence_for(line, o.marker, o.len, o.indent, max));
-                        open = Some((f, o));
+                        fences.push(fence_for(line, prefix, o.marker, o.len, o.indent, max));
+                        open = Some((f, o, depth));
                         Line::Open(f)
                     }
                     None if line.trim().is_empty() => Line::Blank,
@@ -296,12 +303,22 @@ impl Chunker {
     }
 }
 
-/// Reopen/close lines for a fence: the original fence line if it fits next to some content,
-/// else the bare marker. (When not even that fits, the chunker falls back to raw cuts.)
-fn fence_for(line: &str, marker: char, len: usize, indent: usize, max: usize) -> Fence {
+/// Reopen/close lines for a fence (in a quote: with its `> ` markers): the original fence
+/// line if it fits next to some content, else the bare marker. (When not even that fits,
+/// the chunker falls back to raw cuts.)
+fn fence_for(
+    line: &str,
+    quote: &str,
+    marker: char,
+    len: usize,
+    indent: usize,
+    max: usize,
+) -> Fence {
     let bare: String = std::iter::repeat_n(marker, len).collect();
     let full_open: Vec<char> = format!("{}\n", line.trim_end()).chars().collect();
-    let full_close: Vec<char> = format!("\n{}{bare}", " ".repeat(indent)).chars().collect();
+    let full_close: Vec<char> = format!("\n{quote}{}{bare}", " ".repeat(indent))
+        .chars()
+        .collect();
     if full_open.len() + full_close.len() < max {
         return Fence {
             reopen: full_open,
@@ -309,9 +326,31 @@ fn fence_for(line: &str, marker: char, len: usize, indent: usize, max: usize) ->
         };
     }
     Fence {
-        reopen: format!("{bare}\n").chars().collect(),
-        close: format!("\n{bare}").chars().collect(),
+        reopen: format!("{quote}{bare}\n").chars().collect(),
+        close: format!("\n{quote}{bare}").chars().collect(),
     }
+}
+
+/// A line's blockquote markers (`> `, `>> `, `> > `; each after at most three spaces, as
+/// markdown reads them) and what follows them.
+fn quote_prefix(line: &str) -> (&str, &str) {
+    let b = line.as_bytes();
+    let (mut i, mut end) = (0, 0);
+    loop {
+        let mut j = i;
+        while j < b.len() && b[j] == b' ' && j - i < 3 {
+            j += 1;
+        }
+        if b.get(j) != Some(&b'>') {
+            break;
+        }
+        j += 1;
+        if b.get(j) == Some(&b' ') {
+            j += 1;
+        }
+        (i, end) = (j, j);
+    }
+    line.split_at(end)
 }
 
 /// Characters that attach to the one before (combining marks, variation selectors,

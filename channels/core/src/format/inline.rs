@@ -3,8 +3,9 @@
 //! One left-to-right pass. Code spans, links and URLs are taken whole as soon as they are
 //! seen (so their content is never emphasis); `*`, `_` and `~~` runs go on a stack of open
 //! frames and are matched by the CommonMark flanking rules, made stricter in one place: a
-//! run between two letters or digits neither opens nor closes, so `snake_case_name` and
-//! `2*3*4` stay literal. Unmatched markers come back as literal text.
+//! run between two ASCII letters or digits neither opens nor closes, so `snake_case_name`
+//! and `2*3*4` stay literal. Next to other letters it may (Chinese and Japanese have no
+//! spaces between words: `这是**重要**的`). Unmatched markers come back as literal text.
 
 /// An inline node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,10 +161,13 @@ fn flanking(before: Option<char>, after: Option<char>) -> (bool, bool) {
     let punct = |c: Option<char>| c.is_some_and(is_punct);
     let left = !ws(after) && (!punct(after) || ws(before) || punct(before));
     let right = !ws(before) && (!punct(before) || ws(after) || punct(after));
-    // Stricter than CommonMark for `*`: never intraword, so arithmetic stays literal.
+    // Stricter than CommonMark for `*`: never between ASCII letters or digits, so
+    // arithmetic stays literal; but inside text without spaces (CJK), as CommonMark does.
+    let wide = |c: Option<char>| c.is_some_and(|c| !c.is_ascii() && c.is_alphanumeric());
+    let inside_words = wide(before) || wide(after);
     (
-        left && (!right || punct(before)),
-        right && (!left || punct(after)),
+        left && (!right || punct(before) || inside_words),
+        right && (!left || punct(after) || inside_words),
     )
 }
 

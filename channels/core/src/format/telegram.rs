@@ -20,7 +20,19 @@ fn blocks(text: &str, in_quote: bool, out: &mut String) {
         }
         match &b.kind {
             Kind::Blank => {}
-            Kind::Fence { code, .. } => wrap(out, "pre", |o| escape(&code.join("\n"), o)),
+            Kind::Fence { code, lang } => wrap(out, "pre", |o| {
+                // Telegram shows the language and highlights the code.
+                match language(lang) {
+                    Some(lang) => {
+                        o.push_str("<code class=\"language-");
+                        o.push_str(lang);
+                        o.push_str("\">");
+                        escape(&code.join("\n"), o);
+                        o.push_str("</code>");
+                    }
+                    None => escape(&code.join("\n"), o),
+                }
+            }),
             Kind::Heading(t) => wrap(out, "b", |o| inline(&inline::parse(t), o)),
             Kind::Item {
                 indent,
@@ -40,6 +52,14 @@ fn blocks(text: &str, in_quote: bool, out: &mut String) {
             Kind::Paragraph(lines) => inline(&inline::parse(&lines.join("\n")), out),
         }
     }
+}
+
+/// A fence's language as a class name can carry it (`python`, `c++`, `objective-c`);
+/// `None` for none or anything else.
+fn language(lang: &str) -> Option<&str> {
+    let lang = lang.split_whitespace().next()?;
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '_' | '#' | '.');
+    (lang.len() <= 32 && lang.chars().all(ok)).then_some(lang)
 }
 
 /// `<tag>` + content + `</tag>`, or nothing when the content is blank.

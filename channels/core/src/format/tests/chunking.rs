@@ -168,3 +168,34 @@ fn nested_list_indentation_survives_a_cut() {
     let chunks = chunk_markdown(&text, 60);
     assert_eq!(chunks.last().map(String::as_str), Some("  - nested item"));
 }
+
+#[test]
+fn a_code_fence_in_a_quote_is_closed_and_reopened_in_the_quote() {
+    let code: Vec<String> = (0..30)
+        .map(|i| format!("> x_{i:02} = a*b*c  # **not bold** {i}"))
+        .collect();
+    let text = format!("Look:\n\n> ```python\n{}\n> ```\n\nDone.", code.join("\n"));
+    let chunks = chunk_markdown(&text, 600);
+    assert!(chunks.len() >= 2, "{chunks:#?}");
+    let unquote = |s: &str| -> String {
+        s.lines()
+            .map(|l| l.strip_prefix("> ").unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let unquoted: Vec<String> = chunks.iter().map(|c| unquote(c)).collect();
+    assert_chunks_ok(&unquote(&text), &unquoted, 600);
+    for (i, c) in chunks.iter().enumerate() {
+        assert!(len(c) <= 600, "chunk {i}");
+        assert!(fences_balanced(&unquote(c)), "chunk {i} unbalanced:\n{c}");
+        if c.contains("x_") {
+            assert!(
+                c.starts_with("> ```python\n") || i == 0,
+                "chunk {i} not reopened in the quote:\n{c}"
+            );
+            // Rendered, its code is code: no bold in it, as in the source.
+            let html = crate::format::render(c, crate::Dialect::TelegramHtml);
+            assert!(html.contains("<pre>") && !html.contains("<b>"), "{html}");
+        }
+    }
+}

@@ -40,6 +40,16 @@ fn telegram_html() {
             ("snake_case_words stay", "snake_case_words stay"),
             ("2*3*4 = 24", "2*3*4 = 24"),
             ("a * b * c", "a * b * c"),
+            // No spaces between words in Chinese and Japanese.
+            (
+                "这是一个**非常重要**的问题。",
+                "这是一个<b>非常重要</b>的问题。",
+            ),
+            ("**日本語**のテキスト", "<b>日本語</b>のテキスト"),
+            (
+                "中文*斜体*中文 ~~删除~~了",
+                "中文<i>斜体</i>中文 <s>删除</s>了",
+            ),
             ("**bold without end", "**bold without end"),
             ("**bold _nested** end_", "<b>bold _nested</b> end_"),
             ("_unclosed *mixed_ tail*", "<i>unclosed *mixed</i> tail*"),
@@ -68,8 +78,9 @@ fn telegram_html() {
             ("> a\n>> b", "<blockquote>a\nb</blockquote>"),
             (
                 "```rust\nfn main() { a < b && **c** }\n```",
-                "<pre>fn main() { a &lt; b &amp;&amp; **c** }</pre>",
+                "<pre><code class=\"language-rust\">fn main() { a &lt; b &amp;&amp; **c** }</code></pre>",
             ),
+            ("```\"><b>x\ny\n```", "<pre>y</pre>"),
             ("```\nunclosed <x>", "<pre>unclosed &lt;x&gt;</pre>"),
             ("```\n```", ""),
             (
