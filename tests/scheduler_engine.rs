@@ -536,3 +536,30 @@ async fn a_recurring_job_skips_runs_while_its_channel_is_not_running() {
     assert_eq!(once.runs[0].outcome, Outcome::Ok);
     rig.stop().await;
 }
+
+/// A finished one-time reminder stays listed with its run for a week; the next job added
+/// in its chat after that clears it away (and keeps the younger ones).
+#[tokio::test(start_paused = true)]
+async fn finished_reminders_are_cleared_a_week_after_their_run() {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-11-20T07:00:00Z"), Config::default()).await;
+    let old = rig.add(job(ScheduleSpec::At("in 1m".into()), "bins")).await;
+    assert!(rig.handler.wait_for(1, HOUR).await);
+    tokio::time::sleep(6 * DAY).await;
+    let young = rig.add(job(ScheduleSpec::At("in 1m".into()), "milk")).await;
+    assert!(rig.handler.wait_for(2, HOUR).await);
+    assert_eq!(listed_ids(&rig).len(), 2, "both finished, both kept");
+    tokio::time::sleep(2 * DAY).await;
+    let next = rig.add(job(ScheduleSpec::At("in 1h".into()), "call")).await;
+    let mut ids = listed_ids(&rig);
+    ids.sort();
+    let mut want = vec![young.id, next.id];
+    want.sort();
+    assert_eq!(ids, want);
+    assert!(
+        rig.scheduler.get(&old.id).unwrap().is_none(),
+        "gone from the store"
+    );
+    rig.stop().await;
+}

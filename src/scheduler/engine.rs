@@ -21,6 +21,9 @@ use crate::store::{Batch, Store, StoreError, Tree};
 
 /// Longest message a job may carry.
 const MAX_MESSAGE_CHARS: usize = 4_000;
+/// How long a finished job (a one-shot reminder after its run) stays listed with its runs:
+/// the next job added in its chat after that clears it away.
+pub const FINISHED_KEPT: chrono::Duration = chrono::Duration::days(7);
 
 /// Limits on jobs set or run by someone other than the owner (through the `cron` tool):
 /// without them one chat member could have the gateway call the model every second, or
@@ -269,13 +272,16 @@ impl Scheduler {
         {
             let _w = self.writes.lock().await;
             // Counted under the lock, so two adds at once cannot both take the last place.
+            let (enabled, stale) = self.census(&job.key, now)?;
             if let Some(limits) = limits {
-                let enabled = self.count_enabled(&job.key)?;
                 if enabled >= limits.max_jobs_per_chat {
                     return Err(ScheduleError::TooManyJobs(enabled));
                 }
             }
             let mut batch = Batch::default();
+            for old in &stale {
+                index::write(&mut batch, Some(old), None)?;
+            }
             index::write(&mut batch, None, Some(&job))?;
             self.store.commit(batch).await?;
         }
@@ -287,16 +293,24 @@ impl Scheduler {
         Ok(job)
     }
 
-    /// Enabled jobs of a chat with its threads or topics (read through the chat index): a
-    /// new Slack thread is a new key, and must not open a new allowance.
-    fn count_enabled(&self, key: &ChatKey) -> Result<usize, ScheduleError> {
-        let mut n = 0;
+    /// The jobs of a chat with its threads or topics (read through the chat index): how
+    /// many are enabled (a new Slack thread is a new key, and must not open a new
+    /// allowance), and the finished ones done with for [`FINISHED_KEPT`], which adding a
+    /// job there clears away.
+    fn census(
+        &self,
+        key: &ChatKey,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(usize, Vec<Job>), ScheduleError> {
+        let (mut enabled, mut stale) = (0, Vec::new());
         for id in index::of_room(self.store.as_ref(), &key.room())? {
-            if self.get(&id)?.is_some_and(|j| !j.is_finished()) {
-                n += 1;
+            match self.get(&id)? {
+                Some(j) if !j.is_finished() => enabled += 1,
+                Some(j) if now - j.last_activity() > FINISHED_KEPT => stale.push(j),
+                _ => {}
             }
         }
-        Ok(n)
+        Ok((enabled, stale))
     }
 
     /// Jobs of one chat (or all), soonest first; finished jobs last.

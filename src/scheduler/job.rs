@@ -189,9 +189,15 @@ impl Job {
     }
 
     /// Whether the job will not fire again (a one-shot job after its run): it stays stored
-    /// with its runs, but `/reminders` and the `cron` tool no longer show it.
+    /// with its runs (`cron list` shows it) for [`super::engine::FINISHED_KEPT`], but
+    /// `/reminders` and the `cron` tool no longer show it.
     pub fn is_finished(&self) -> bool {
         !self.enabled || self.next_run.is_none()
+    }
+
+    /// When the job last ran, or was made.
+    pub fn last_activity(&self) -> DateTime<Utc> {
+        self.runs.last().map_or(self.created_at, |r| r.at)
     }
 
     /// One line for `/reminders` and listings: id, schedule, next run in the job's timezone.
