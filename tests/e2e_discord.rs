@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::platform::{self, env_with};
 use common::{Env, GatewayProcess};
-use switchboard_fakes::discord::{Author, FakeDiscord, IncomingMessage, Recorded};
+use switchboard_fakes::discord::{Author, BOT_USER_ID, FakeDiscord, IncomingMessage, Recorded};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -309,5 +309,23 @@ async fn a_forwarded_message_reaches_the_model_marked_as_forwarded() {
     assert_eq!(
         posts[0].body["message_reference"]["message_id"],
         trigger.to_string()
+    );
+}
+
+/// A mention of the bot mid-sentence addresses it, and the model reads its name there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mention_mid_sentence_reads_as_the_bots_name() {
+    let t = Dc::start().await;
+    let mut m = IncomingMessage::guild(
+        GUILD_CHANNEL,
+        alice(),
+        &format!("hey <@{BOT_USER_ID}> what's up, <@!{BOT_USER_ID}>?"),
+    );
+    m.mentions.push(Author::this_bot());
+    t.dc.push_message_create(m);
+    t.wait_posts(1).await;
+    assert_eq!(
+        t.llm.requests()[0].last_user_text(),
+        "[alice] hey @switchboard what's up, @switchboard?"
     );
 }

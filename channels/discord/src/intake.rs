@@ -87,6 +87,12 @@ pub(crate) fn to_inbound(
         || replied_to_bot;
     let forward = forwarded(msg);
     let mut text = strip_leading_mention(&msg.content, bot_id, bot_role).to_string();
+    // A mention of the bot further on reads as its name, not as a raw id.
+    if let Some(me) = msg.mentions.iter().find(|u| u.id == bot_id) {
+        for raw in [format!("<@{bot_id}>"), format!("<@!{bot_id}>")] {
+            text = text.replace(&raw, &format!("@{}", me.name));
+        }
+    }
     if let Some(f) = forward.filter(|f| !f.content.trim().is_empty()) {
         text = if text.trim().is_empty() {
             f.content.clone()
