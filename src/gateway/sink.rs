@@ -58,7 +58,12 @@ impl GatewaySink {
                 }
                 match decision {
                     Decision::Allow => {}
-                    Decision::Ignore => return Ok(Err(Published::Ignored)),
+                    Decision::Ignore => {
+                        tracing::debug!(channel = %msg.key.channel, sender = %msg.sender.id,
+                            group = msg.is_group, mentioned = msg.mentions_bot,
+                            "message ignored: not addressed to the bot, or its sender is not let in");
+                        return Ok(Err(Published::Ignored));
+                    }
                     Decision::Pair => {
                         let issued = pairing::code_for(store, &msg.key.channel, &msg.sender)
                             .await
