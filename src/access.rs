@@ -127,6 +127,21 @@ impl Setter {
         }
     }
 
+    /// Whether they are an owner of their channel (listed in its `allow_from`, which names
+    /// owners); on the terminal (`cli`), always.
+    pub fn is_owner(&self, config: &Config) -> bool {
+        let Some(access) = config.access_for(&self.channel) else {
+            return self.channel == "cli";
+        };
+        let sender = Sender {
+            id: self.id.clone(),
+            username: self.username.clone(),
+            display_name: String::new(),
+            is_owner: false,
+        };
+        names_an_owner(&access) && listed(&access, &sender)
+    }
+
     /// Whether the rules in force would still let them in, as if they wrote now (addressing
     /// the bot in a group). Channels without access rules (`api`, `cli`) always do.
     pub fn admitted(&self, config: &Config, store: &dyn Store) -> Result<bool, StoreError> {

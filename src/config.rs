@@ -31,6 +31,15 @@ pub struct Config {
 
 impl Config {
     /// The access rules of a platform channel; `None` for the others (API, terminal).
+    /// Whether any chat channel names owners (`allow_from` without `"*"`): then the others
+    /// it lets in are members ([`crate::agent::member`]).
+    pub fn names_owners(&self) -> bool {
+        ["telegram", "discord", "slack"].iter().any(|c| {
+            self.access_for(c)
+                .is_some_and(|a| crate::access::names_an_owner(&a))
+        })
+    }
+
     pub fn access_for(&self, channel: &str) -> Option<Access> {
         let c = &self.channels;
         match channel {

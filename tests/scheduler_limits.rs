@@ -179,6 +179,7 @@ async fn runs_are_held_to_once_a_minute_and_never_asked_for_by_their_own_run() {
     for who in [owner, member] {
         let from_run = ToolContext {
             chain: chain.clone(),
+            member: None,
             ..who
         };
         let e = run(from_run.clone()).await.unwrap_err();

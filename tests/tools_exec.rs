@@ -19,6 +19,7 @@ fn ctx(dir: &std::path::Path) -> ToolContext {
         cancel: CancellationToken::new(),
         set_by: Vec::new(),
         chain: Default::default(),
+        member: None,
     }
 }
 

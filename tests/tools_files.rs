@@ -49,6 +49,7 @@ impl Ws {
             cancel: CancellationToken::new(),
             set_by: Vec::new(),
             chain: Default::default(),
+            member: None,
         };
         reg.call(tool, &args.to_string(), &ctx, Duration::from_secs(5))
             .await

@@ -21,6 +21,7 @@ async fn fetch(tool: WebFetch, url: &str) -> Result<String, ToolError> {
         cancel: CancellationToken::new(),
         set_by: Vec::new(),
         chain: Default::default(),
+        member: None,
     };
     Registry::new(vec![Arc::new(tool)])
         .call(

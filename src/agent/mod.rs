@@ -14,6 +14,7 @@
 
 pub mod commands;
 pub mod context;
+pub mod member;
 pub mod prompt;
 pub mod publisher;
 pub mod resume;

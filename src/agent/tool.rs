@@ -27,6 +27,17 @@ pub struct ToolContext {
     /// The job runs and sub-agent results that led to the turn: `cron run` and `spawn`
     /// refuse to go on a loop.
     pub chain: crate::chain::Chain,
+    /// The turn acts for a member, not the owner ([`crate::agent::member`]): fewer powers.
+    pub member: Option<Member>,
+}
+
+/// Someone the owner lets talk, for whom a turn acts ([`crate::agent::member`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Member {
+    /// Who, as others are to read it: `Sam (@sam)`.
+    pub name: String,
+    /// The files sent in this chat: the only ones of the inbox its file tools may open.
+    pub files: Vec<PathBuf>,
 }
 
 /// A tool failed; the message goes back to the model as the tool result.

@@ -148,6 +148,12 @@ impl Agent {
             cancel: turn.cancel.clone(),
             set_by: crate::access::setters(&turn.messages),
             chain: crate::chain::Chain::of(&turn.messages),
+            member: super::member::of_turn(&self.config, &turn.messages, &session.messages),
+        };
+        // Commands are for the owner: a member's turn is not offered them.
+        let registry = match &ctx.member {
+            Some(_) => std::sync::Arc::new(registry.without(&[super::tools::exec::NAME])),
+            None => registry,
         };
         // A turn the gateway stopped during goes on from where it was.
         let found = resume::find(self.store.as_ref(), key, &turn.messages).unwrap_or_else(|e| {
@@ -383,13 +389,7 @@ impl Agent {
     /// reach, and the owner's, as `HEARTBEAT.md` is theirs (not for a group or someone
     /// else's DM); where no channel lists an owner, the last direct chat.
     fn heartbeat_may_go_to(&self, last: &InboundMessage) -> bool {
-        let no_owner = || {
-            !["telegram", "discord", "slack"].iter().any(|c| {
-                self.config
-                    .access_for(c)
-                    .is_some_and(|a| crate::access::names_an_owner(&a))
-            })
-        };
+        let no_owner = || !self.config.names_owners();
         last.origin == Origin::User
             && !crate::channels::answers_only(&last.key)
             && (last.sender.is_owner || (!last.is_group && no_owner()))

@@ -259,6 +259,7 @@ pub fn ctx(key: ChatKey, owner: bool) -> switchboard::agent::tool::ToolContext {
         cancel: CancellationToken::new(),
         set_by: Vec::new(),
         chain: Default::default(),
+        member: None,
     }
 }
 

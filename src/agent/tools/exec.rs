@@ -209,10 +209,13 @@ impl Drop for Running {
     }
 }
 
+/// The tool's name.
+pub const NAME: &str = "exec";
+
 #[async_trait]
 impl Tool for Exec {
     fn name(&self) -> &'static str {
-        "exec"
+        NAME
     }
     fn description(&self) -> &'static str {
         "Run a shell command in the workspace folder and return its exit code and output. Whatever it starts ends with it (nothing keeps running in the background). Destructive commands are refused."
@@ -229,6 +232,13 @@ impl Tool for Exec {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let command = args["command"].as_str().unwrap_or_default();
+        // Not offered to a member's turn; refused all the same (see `agent::member`).
+        if let Some(m) = &ctx.member {
+            return Err(ToolError::Refused(format!(
+                "running commands is for the owner only, not for {}",
+                m.name
+            )));
+        }
         if let Some(reason) = denied(command) {
             return Err(ToolError::Refused(format!("command not allowed: {reason}")));
         }
@@ -368,6 +378,7 @@ mod tests {
             cancel: CancellationToken::new(),
             set_by: Vec::new(),
             chain: Default::default(),
+            member: None,
         };
         let args = json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 120});
         let pid_file = dir.path().join("pid");

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::member_files::{self, Use};
 use super::paths::{Access, display, make_parents, open, resolve};
 use crate::agent::tool::{Tool, ToolContext, ToolError};
 
@@ -105,6 +106,7 @@ impl Tool for ReadFile {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = arg(&args, "path");
         let real = resolve(ctx, path)?;
+        member_files::check(ctx, path, &real, Use::Read)?;
         let bytes = read_limited(ctx, path, &real, MAX_READ).await?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
@@ -129,6 +131,7 @@ impl Tool for WriteFile {
         let path = arg(&args, "path");
         let content = arg(&args, "content");
         let real = resolve(ctx, path)?;
+        member_files::check(ctx, path, &real, Use::Write)?;
         make_parents(ctx, path, &real)?;
         // Re-check after creating folders: a folder may have been a symlink.
         let real = resolve(ctx, path)?;
@@ -165,6 +168,7 @@ impl Tool for EditFile {
         let path = arg(&args, "path");
         let (old, new) = (arg(&args, "old_text"), arg(&args, "new_text"));
         let real = resolve(ctx, path)?;
+        member_files::check(ctx, path, &real, Use::Write)?;
         let text = String::from_utf8(read_limited(ctx, path, &real, MAX_EDIT).await?)
             .map_err(|_| ToolError::Failed(format!("{path} is not UTF-8 text")))?;
         // Overlapping matches count too: `aa` occurs twice in `aaa`.
@@ -209,6 +213,7 @@ impl Tool for ListDir {
             p => p,
         };
         let real = resolve(ctx, path)?;
+        member_files::check(ctx, path, &real, Use::List)?;
         // Listed through the folder opened (see `paths::open`), where /proc shows it.
         let dir = open(ctx, path, &real, Access::Folder)?;
         let opened = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string());

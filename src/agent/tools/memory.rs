@@ -37,7 +37,12 @@ impl Tool for Memory {
                 let text = args["text"]
                     .as_str()
                     .ok_or_else(|| ToolError::InvalidArguments("missing required text".into()))?;
-                let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                let mut line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                // Every chat reads the memory: a member's note says whose it is, so it
+                // reads as what they said, not as the owner's word.
+                if let Some(m) = &ctx.member {
+                    line = format!("{line} (from {})", m.name);
+                }
                 // Not through a link out of the workspace (see `crate::confine`).
                 let mut f = crate::confine::append(&ctx.workspace, &path)
                     .map_err(|e| ToolError::Failed(format!("{MEMORY_FILE}: {e}")))?;

@@ -44,7 +44,11 @@ impl Tool for Message {
                 "{key} is not a chat this gateway has talked with; only the owner may message new chats"
             )));
         }
-        let text = args["text"].as_str().unwrap_or_default();
+        let mut text = args["text"].as_str().unwrap_or_default().to_string();
+        // From a member: the chat reads who sent it, not the assistant's own word.
+        if let Some(m) = &ctx.member {
+            text = format!("From {}:\n{text}", m.name);
+        }
         self.publisher
             .send(OutboundMessage::new(key.clone(), text))
             .await

@@ -7,6 +7,7 @@
 //! - [`schema`]: argument validation.
 //! - [`paths`]: workspace confinement for file tools.
 //! - [`files`]: `read_file`, `write_file`, `edit_file`, `list_dir`.
+//! - [`member_files`]: what a member's turn may not do with them.
 //! - [`exec`]: shell commands with a deny list.
 //! - [`net`]: address checks shared by the web tools (no private targets).
 //! - [`web`]: `web_fetch` and `web_search`.
@@ -17,6 +18,7 @@
 
 pub mod exec;
 pub mod files;
+pub mod member_files;
 pub mod memory;
 pub mod message;
 pub mod net;
@@ -70,6 +72,19 @@ impl Registry {
                 .tools
                 .iter()
                 .filter(|t| t.read_only())
+                .cloned()
+                .collect(),
+            specs: OnceLock::new(),
+        }
+    }
+
+    /// These tools without those named `names`.
+    pub fn without(&self, names: &[&str]) -> Registry {
+        Registry {
+            tools: self
+                .tools
+                .iter()
+                .filter(|t| !names.contains(&t.name()))
                 .cloned()
                 .collect(),
             specs: OnceLock::new(),

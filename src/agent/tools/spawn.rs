@@ -152,6 +152,7 @@ impl Subagents {
             cancel,
             set_by: parent.set_by.clone(),
             chain: parent.chain.clone(),
+            member: parent.member.clone(),
         };
         let spec = LoopSpec {
             model: self.config.llm.model.clone(),

@@ -386,6 +386,7 @@ mod tests {
             cancel: Default::default(),
             set_by: Vec::new(),
             chain: Default::default(),
+            member: None,
         }
     }
 

@@ -1,0 +1,140 @@
+//! Owners and members. Once a channel names owners (`allow_from`), the others the gateway
+//! lets talk — approved pairings, `"*"`, an open DM policy, HTTP API callers — are
+//! *members*: they talk with the assistant and use its tools, but may not run commands,
+//! change the assistant's own files (its instructions, memory file, heartbeat tasks and
+//! skills), or open the files sent in other chats; what they have it remember or send to
+//! another chat carries their name. Where no owner is named, everyone let in is trusted as
+//! the owner (one person who paired themselves).
+
+use std::path::PathBuf;
+
+use switchboard_channel::{InboundMessage, Origin, Sender, SystemOrigin};
+
+use super::tool::Member;
+use crate::config::Config;
+use crate::llm::{ChatMessage, Role};
+
+/// Who a turn over `msgs` acts for when that is a member; `None` when it acts for the
+/// owner: their own messages, the heartbeat (`HEARTBEAT.md` is theirs), and the runs of
+/// jobs they set (or set from the command line).
+pub fn of_turn(
+    config: &Config,
+    msgs: &[InboundMessage],
+    history: &[ChatMessage],
+) -> Option<Member> {
+    if !config.names_owners() {
+        return None;
+    }
+    let mut names: Vec<String> = Vec::new();
+    for m in msgs {
+        match &m.origin {
+            Origin::User if m.sender.is_owner => {}
+            Origin::User => names.push(name_of(&m.sender)),
+            Origin::System(SystemOrigin::Heartbeat) => {}
+            Origin::System(_) => names.extend(
+                crate::access::setters(std::slice::from_ref(m))
+                    .iter()
+                    .filter(|s| !s.is_owner(config))
+                    .map(ToString::to_string),
+            ),
+        }
+    }
+    names.dedup();
+    (!names.is_empty()).then(|| Member {
+        name: names.join(", "),
+        files: chat_files(msgs, history),
+    })
+}
+
+/// `Sam (@sam)`, or the name alone.
+fn name_of(s: &Sender) -> String {
+    match &s.username {
+        Some(u) => format!("{} (@{})", s.display_name, u.trim_start_matches('@')),
+        None => s.display_name.clone(),
+    }
+}
+
+/// The files sent in this chat: attached to the turn's messages, or named in its stored
+/// history (`[attachment: Document /…/inbox/…]`, as the agent writes them in).
+fn chat_files(msgs: &[InboundMessage], history: &[ChatMessage]) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = msgs
+        .iter()
+        .flat_map(|m| &m.attachments)
+        .map(|a| PathBuf::from(&a.location))
+        .collect();
+    for m in history.iter().filter(|m| m.role == Role::User) {
+        files.extend(m.content.lines().filter_map(|l| {
+            let (_kind, path) = l.strip_prefix("[attachment: ")?.split_once(' ')?;
+            Some(PathBuf::from(path.strip_suffix(']')?))
+        }));
+    }
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::{SET_BY, Setter};
+
+    fn msg(id: &str, owner: bool) -> InboundMessage {
+        let sender = Sender {
+            id: id.into(),
+            username: Some(format!("u{id}")),
+            display_name: format!("N{id}"),
+            is_owner: owner,
+        };
+        InboundMessage::text("t:1", "telegram:9".parse().unwrap(), sender, "hi")
+    }
+
+    fn run_set_by(setter: &str) -> InboundMessage {
+        let mut m = msg("cron", false);
+        m.origin = Origin::System(SystemOrigin::Cron {
+            job_id: "j1".into(),
+        });
+        let s = Setter {
+            channel: "telegram".into(),
+            id: setter.into(),
+            username: None,
+            group: false,
+        };
+        m.metadata
+            .insert(SET_BY.into(), serde_json::to_value([s]).unwrap());
+        m
+    }
+
+    #[test]
+    fn members_are_those_let_in_besides_the_owners_named() {
+        let mut config = Config::default();
+        // No owner named: everyone let in is trusted.
+        assert_eq!(of_turn(&config, &[msg("2", false)], &[]), None);
+        config.channels.telegram.allow_from = vec!["1".into()];
+        assert_eq!(of_turn(&config, &[msg("1", true)], &[]), None);
+        let sam = of_turn(&config, &[msg("1", true), msg("2", false)], &[]).unwrap();
+        assert_eq!(sam.name, "N2 (@u2)");
+        // A job's run acts for whoever set it; the heartbeat for the owner.
+        assert_eq!(of_turn(&config, &[run_set_by("1")], &[]), None);
+        let run = of_turn(&config, &[run_set_by("2")], &[]).unwrap();
+        assert_eq!(run.name, "telegram user 2");
+        let mut beat = msg("hb", false);
+        beat.origin = Origin::System(SystemOrigin::Heartbeat);
+        assert_eq!(of_turn(&config, &[beat], &[]), None);
+    }
+
+    #[test]
+    fn a_chats_files_are_those_attached_now_and_named_in_its_history() {
+        let history = vec![
+            ChatMessage::new(
+                Role::User,
+                "[Sam] what is this?\n[attachment: Document /w/inbox/tg-1-a.pdf]",
+            ),
+            ChatMessage::new(
+                Role::Assistant,
+                "[attachment: Image /w/inbox/not-a-user.png]",
+            ),
+        ];
+        assert_eq!(
+            chat_files(&[], &history),
+            [PathBuf::from("/w/inbox/tg-1-a.pdf")]
+        );
+    }
+}

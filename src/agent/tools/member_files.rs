@@ -1,0 +1,153 @@
+//! What a member's turn may not do with the file tools ([`crate::agent::member`]): change
+//! the assistant's own files (the instructions read into every prompt, the memory file,
+//! the heartbeat's tasks, the workspace's skills), or open the inbox's files other than
+//! the ones sent in its own chat (the inbox holds every chat's).
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::agent::tool::{ToolContext, ToolError};
+
+/// The assistant's own files at the workspace's top: read into every chat's prompt, or the
+/// heartbeat's tasks.
+pub const OWN_FILES: [&str; 6] = [
+    "AGENTS.md",
+    "SOUL.md",
+    "USER.md",
+    "TOOLS.md",
+    "MEMORY.md",
+    "HEARTBEAT.md",
+];
+
+/// What a file tool does with a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    Read,
+    Write,
+    List,
+}
+
+/// Refuse `real` (resolved from `path`) for `used` when the turn is a member's and the
+/// path is out of a member's reach. Paths outside the workspace (where the owner let file
+/// tools go) are not this module's concern.
+pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<(), ToolError> {
+    let Some(member) = &ctx.member else {
+        return Ok(());
+    };
+    let Some(rel) = in_workspace(ctx, real) else {
+        return Ok(());
+    };
+    let parts: Vec<String> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    let first = parts.first().map(String::as_str).unwrap_or_default();
+    let own_file = parts.len() == 1 && OWN_FILES.iter().any(|f| f.eq_ignore_ascii_case(first));
+    if used == Use::Write && (own_file || first.eq_ignore_ascii_case("skills")) {
+        return Err(ToolError::Refused(format!(
+            "{path} is one of the assistant's own files (its instructions, memory, heartbeat \
+             tasks or skills), which only the owner may change"
+        )));
+    }
+    if first != "inbox" {
+        return Ok(());
+    }
+    let sent_here = |p: &Path| member.files.iter().any(|f| same_file(f, p));
+    if parts.len() > 1 && used != Use::List && sent_here(real) {
+        return Ok(());
+    }
+    let names: Vec<String> = member
+        .files
+        .iter()
+        .filter_map(|f| display_in(ctx, f))
+        .collect();
+    let listed = match names.as_slice() {
+        [] => "none was sent in this chat".to_string(),
+        names => format!("this chat's: {}", names.join(", ")),
+    };
+    Err(ToolError::Refused(format!(
+        "{path}: the inbox holds the files sent in every chat; only this chat's can be \
+         opened here ({listed})"
+    )))
+}
+
+/// `real` relative to the workspace's real path, when it is in there.
+fn in_workspace(ctx: &ToolContext, real: &Path) -> Option<PathBuf> {
+    let root = ctx.workspace.canonicalize().ok()?;
+    let real = canonical(real);
+    real.strip_prefix(&root).ok().map(Path::to_path_buf)
+}
+
+/// `p` with links resolved as far as it exists (the rest as written).
+fn canonical(p: &Path) -> PathBuf {
+    if let Ok(c) = p.canonicalize() {
+        return c;
+    }
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) => canonical(parent).join(name),
+        _ => p.to_path_buf(),
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    canonical(a) == canonical(b)
+}
+
+/// A chat's file as the model names it: relative to the workspace.
+fn display_in(ctx: &ToolContext, f: &Path) -> Option<String> {
+    let rel = in_workspace(ctx, f)?;
+    Some(rel.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::tool::Member;
+
+    fn ctx(ws: &Path, member: Option<Member>) -> ToolContext {
+        ToolContext {
+            key: "telegram:6006".parse().unwrap(),
+            sender_is_owner: false,
+            workspace: ws.to_path_buf(),
+            restrict_to_workspace: true,
+            cancel: Default::default(),
+            set_by: Vec::new(),
+            chain: Default::default(),
+            member,
+        }
+    }
+
+    #[test]
+    fn a_member_opens_this_chats_files_and_reads_but_never_writes_the_assistants_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        std::fs::create_dir_all(ws.join("inbox")).unwrap();
+        for f in ["inbox/mine.pdf", "inbox/theirs.pdf", "SOUL.md"] {
+            std::fs::write(ws.join(f), "x").unwrap();
+        }
+        let sam = Member {
+            name: "Sam".into(),
+            files: vec![ws.join("inbox/mine.pdf")],
+        };
+        let member = ctx(ws, Some(sam));
+        let check = |c: &ToolContext, p: &str, u: Use| check(c, p, &ws.join(p), u);
+        assert!(check(&member, "inbox/mine.pdf", Use::Read).is_ok());
+        let other = check(&member, "inbox/theirs.pdf", Use::Read).unwrap_err();
+        assert!(
+            other.to_string().contains("this chat's: inbox/mine.pdf"),
+            "{other}"
+        );
+        assert!(check(&member, "inbox", Use::List).is_err());
+        assert!(check(&member, "SOUL.md", Use::Read).is_ok());
+        for p in ["SOUL.md", "memory.md", "skills/new/SKILL.md"] {
+            assert!(check(&member, p, Use::Write).is_err(), "{p}");
+        }
+        assert!(check(&member, "notes/soul.md", Use::Write).is_ok());
+        // The owner's turn: everything.
+        let owner = ctx(ws, None);
+        assert!(check(&owner, "inbox/theirs.pdf", Use::Read).is_ok());
+        assert!(check(&owner, "SOUL.md", Use::Write).is_ok());
+    }
+}
