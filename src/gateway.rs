@@ -268,7 +268,7 @@ pub async fn start(
         .with_publisher(Arc::new(BusPublisher { bus: bus.clone() }))
         .with_status(Arc::new(move |key: &ChatKey| {
             let now = if status_bus.is_running(key) {
-                "Now: on a message (its files, a turn slot or its reply; /stop stops it)\n"
+                "Now: answering a message here (/stop stops it)\n"
             } else {
                 ""
             };

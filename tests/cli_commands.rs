@@ -214,6 +214,19 @@ async fn pairing_shows_what_revoke_takes_and_names_an_unknown_channel() {
     let r = run(&env, &["pairing", "list"]);
     assert_eq!(r.code, Some(0), "{}", r.err);
     assert!(r.out.contains(" from Bob @bob (6666) until "), "{}", r.out);
+    // In the gateway's timezone (UTC here), to the minute, as `cron list` shows times.
+    let until = r
+        .out
+        .split(" until ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap();
+    assert!(
+        until.ends_with(" UTC") && until.len() == "2026-11-25 07:28 UTC".len(),
+        "{until}"
+    );
     assert!(
         r.out.contains("  telegram U5555 @alice (5555)\n"),
         "{}",

@@ -118,7 +118,7 @@ async fn status_is_answered_at_once_while_a_turn_runs() {
         .expect("the turn started");
     // Not behind the running turn (10 s): answered now, and it says what is going on.
     let status = reply_text(&ask(&base(&running), "ann", "/status").await);
-    assert!(status.contains("Now: on a message"), "{status}");
+    assert!(status.contains("Now: answering a message here"), "{status}");
     assert!(status.contains("Model: "), "{status}");
     assert!(!slow.is_finished());
     assert_eq!(llm.request_count(), 1);

@@ -202,3 +202,54 @@ async fn runs_are_held_to_once_a_minute_and_never_asked_for_by_their_own_run() {
     assert_eq!(rig.scheduler.get(&id).unwrap().unwrap().runs.len(), 4);
     rig.stop().await;
 }
+
+/// Someone who lost access (a pairing revoked) leaves their jobs to be skipped, and their
+/// places in the chat's 20 free for the others.
+#[tokio::test(start_paused = true)]
+async fn the_jobs_of_someone_revoked_leave_their_places_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rig, tool) = tool_rig(dir.path()).await;
+    let store = rig.store.as_ref();
+    let mut approved = Vec::new();
+    for (id, name) in [("77", "sam"), ("88", "mom")] {
+        let who = switchboard_channel::Sender {
+            id: id.into(),
+            username: Some(name.into()),
+            display_name: name.into(),
+            is_owner: false,
+        };
+        let (code, _) = switchboard::pairing::code_for(store, "telegram", &who)
+            .await
+            .unwrap()
+            .unwrap();
+        switchboard::pairing::approve(store, "telegram", &code)
+            .await
+            .unwrap();
+        approved.push(ToolContext {
+            set_by: vec![switchboard::access::Setter {
+                channel: "telegram".into(),
+                id: id.into(),
+                username: Some(name.into()),
+                group: true,
+            }],
+            ..ctx(key(), false)
+        });
+    }
+    let (sam, mom) = (&approved[0], &approved[1]);
+    let add = |n: usize| json!({"action": "add", "message": format!("spam {n}"), "every": "1m"});
+    for n in 0..20 {
+        tool.call(add(n), sam).await.unwrap();
+    }
+    let dinner = json!({"action": "add", "message": "Sunday dinner", "cron": "0 17 * * SUN"});
+    let e = tool.call(dinner.clone(), mom).await.unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Refused(m) if m.contains("20 active jobs")),
+        "{e:?}"
+    );
+    switchboard::pairing::revoke(store, "telegram", "sam")
+        .await
+        .unwrap();
+    tool.call(dinner, mom).await.unwrap();
+    assert_eq!(rig.scheduler.list(Some(&key())).len(), 21);
+    rig.stop().await;
+}

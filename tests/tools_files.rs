@@ -39,7 +39,7 @@ impl Ws {
             Arc::new(WriteFile),
             Arc::new(EditFile),
             Arc::new(ListDir),
-            Arc::new(Memory),
+            Arc::new(Memory::default()),
         ]);
         let ctx = ToolContext {
             key: "test:1".parse().unwrap(),

@@ -200,7 +200,9 @@ impl Agent {
             Arc::new(tools::files::ListDir),
             Arc::new(tools::exec::Exec::new(&self.config.gateway.data_dir)),
             Arc::new(web_fetch),
-            Arc::new(tools::memory::Memory),
+            Arc::new(tools::memory::Memory {
+                tz: Some(self.config.gateway.tz()),
+            }),
             Arc::new(tools::read_skill::ReadSkill::new(skills.clone())),
         ];
         // Offered also without its key (it then says how to set one up); an empty

@@ -103,6 +103,14 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
             };
             // Names come from strangers: each stays on its line (see `show`).
             let f = |v: &Value| field(v.as_str().unwrap_or("")).into_owned();
+            // When a code runs out, as `cron list` shows times: in the gateway's timezone.
+            let until = |v: &Value| match v
+                .as_str()
+                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            {
+                Some(t) => crate::scheduler::local(&t.to_utc(), loaded.config.gateway.tz()),
+                None => f(v),
+            };
             out!("pending:");
             for p in pending.as_array().into_iter().flatten() {
                 out!(
@@ -110,7 +118,7 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                     f(&p["channel"]),
                     f(&p["code"]),
                     sender(p),
-                    f(&p["expires_at"])
+                    until(&p["expires_at"])
                 );
             }
             out!("approved:");

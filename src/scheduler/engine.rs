@@ -295,8 +295,9 @@ impl Scheduler {
 
     /// The jobs of a chat with its threads or topics (read through the chat index): how
     /// many are enabled (a new Slack thread is a new key, and must not open a new
-    /// allowance), and the finished ones done with for [`FINISHED_KEPT`], which adding a
-    /// job there clears away.
+    /// allowance; the jobs of someone who lost access do not fire, and leave their places
+    /// free), and the finished ones done with for [`FINISHED_KEPT`], which adding a job
+    /// there clears away.
     fn census(
         &self,
         key: &ChatKey,
@@ -305,7 +306,16 @@ impl Scheduler {
         let (mut enabled, mut stale) = (0, Vec::new());
         for id in index::of_room(self.store.as_ref(), &key.room())? {
             match self.get(&id)? {
-                Some(j) if !j.is_finished() => enabled += 1,
+                Some(j) if !j.is_finished() => {
+                    let store = self.store.as_ref();
+                    let setters_in = j.set_by.iter().all(|s| {
+                        // A store that cannot tell: counted (the cap holds).
+                        s.admitted(&self.config, store).unwrap_or(true)
+                    });
+                    if setters_in {
+                        enabled += 1;
+                    }
+                }
                 Some(j) if now - j.last_activity() > FINISHED_KEPT => stale.push(j),
                 _ => {}
             }

@@ -27,7 +27,7 @@ pub use clock::{Clock, SystemClock, TokioClock};
 pub use engine::{Limits, Scheduler};
 pub use heartbeat::{Beat, Heartbeat, is_actionable, suppress_reply, without_token};
 pub use job::{CatchUp, Delivery, Job, NewJob, Outcome, Run};
-pub use schedule::{Schedule, ScheduleError, ScheduleSpec, next_after, parse_tz};
+pub use schedule::{Schedule, ScheduleError, ScheduleSpec, local, next_after, parse_tz};
 pub use tool::CronTool;
 
 /// Add to `batch` the writes that store a new `job` with its index entries, for bulk

@@ -89,7 +89,7 @@ impl CronTool {
                 })?;
                 if key != ctx.key && !ctx.sender_is_owner {
                     return Err(ToolError::Refused(
-                        "only the owner can schedule jobs for another chat".into(),
+                        "only the owner can see or set the jobs of another chat".into(),
                     ));
                 }
                 Ok(key)

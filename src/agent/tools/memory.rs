@@ -13,8 +13,12 @@ const MAX_READ: u64 = 1024 * 1024;
 /// Most lines `recall` returns.
 const MAX_RECALL: usize = 20;
 
-/// `memory`: `remember` appends to `MEMORY.md`, `recall` searches it.
-pub struct Memory;
+/// `memory`: `remember` appends to `MEMORY.md`, `recall` searches it. Entries are dated
+/// in the gateway's timezone (UTC by default).
+#[derive(Default)]
+pub struct Memory {
+    pub tz: Option<chrono_tz::Tz>,
+}
 
 #[async_trait]
 impl Tool for Memory {
@@ -46,7 +50,11 @@ impl Tool for Memory {
                 // Not through a link out of the workspace (see `crate::confine`).
                 let mut f = crate::confine::append(&ctx.workspace, &path)
                     .map_err(|e| ToolError::Failed(format!("{MEMORY_FILE}: {e}")))?;
-                let date = chrono::Utc::now().format("%Y-%m-%d");
+                let now = chrono::Utc::now();
+                let date = match self.tz {
+                    Some(tz) => now.with_timezone(&tz).format("%Y-%m-%d").to_string(),
+                    None => now.format("%Y-%m-%d").to_string(),
+                };
                 // A file edited by hand may not end its last line: the entry starts a new
                 // one rather than running on from it.
                 let open_line = f.len > 0
