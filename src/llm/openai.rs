@@ -2,10 +2,12 @@
 //!
 //! Requests suit the strictest servers of the family: one system message, first (strict
 //! chat templates, Qwen's on vLLM and llama.cpp, refuse any later one), and `max_tokens`,
-//! or `max_completion_tokens` for the models that refuse it (OpenAI's o-series, gpt-5).
+//! or `max_completion_tokens` for the models that refuse it (OpenAI's o-series, gpt-5);
+//! `stream_options` unless the server forbids it (Mistral). What a model refuses is learnt
+//! from its first refusal, and the request sent again at once.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -28,17 +30,45 @@ pub struct OpenAi {
     /// `llm.request_timeout`: the longest wait for an answer's headers, and for each piece
     /// of its stream.
     limit: Duration,
-    /// Models that refused `max_tokens` and get `max_completion_tokens` instead.
-    completion_tokens: Mutex<HashSet<String>>,
+    /// What each model was found to refuse.
+    quirks: Mutex<HashMap<String, Quirks>>,
 }
 
-/// Which field carries `LlmRequest::max_tokens`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TokenField {
-    /// `max_tokens`: what Ollama, vLLM, llama.cpp and OpenRouter read.
-    MaxTokens,
-    /// `max_completion_tokens`: what OpenAI's reasoning models want.
-    MaxCompletionTokens,
+/// What a model's server refused, learnt from its answer: the request is shaped for what
+/// most servers read until a model says otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Quirks {
+    /// The limit goes in `max_completion_tokens` (OpenAI's reasoning models), not in
+    /// `max_tokens` (what Ollama, vLLM, llama.cpp and OpenRouter read).
+    completion_tokens: bool,
+    /// No `stream_options`: the server forbids fields it does not know (Mistral's 422
+    /// `extra_forbidden`); the usage then comes only if the server sends it unasked.
+    no_stream_options: bool,
+}
+
+impl Quirks {
+    /// What `r` teaches beyond what is known: the quirks to send again with, and what
+    /// changed (for the log); `None` when it teaches nothing (a refusal to pass on).
+    fn learn(self, r: &Rejection) -> Option<(Quirks, &'static str)> {
+        if !self.completion_tokens && refuses_max_tokens(r) {
+            let learnt = Quirks {
+                completion_tokens: true,
+                ..self
+            };
+            return Some((
+                learnt,
+                "sending max_completion_tokens instead of max_tokens",
+            ));
+        }
+        if !self.no_stream_options && refuses_stream_options(r) {
+            let learnt = Quirks {
+                no_stream_options: true,
+                ..self
+            };
+            return Some((learnt, "sending no stream_options"));
+        }
+        None
+    }
 }
 
 impl OpenAi {
@@ -54,7 +84,7 @@ impl OpenAi {
             base_url: base_url.trim_end_matches('/').to_string(),
             api_key,
             limit: timeout,
-            completion_tokens: Mutex::new(HashSet::new()),
+            quirks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -72,18 +102,14 @@ impl OpenAi {
         text
     }
 
-    /// The field `model` takes its token limit in.
-    fn token_field(&self, model: &str) -> TokenField {
-        let learnt = self
-            .completion_tokens
+    /// What `model` was found to refuse so far.
+    fn quirks(&self, model: &str) -> Quirks {
+        self.quirks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(model);
-        if learnt {
-            TokenField::MaxCompletionTokens
-        } else {
-            TokenField::MaxTokens
-        }
+            .get(model)
+            .copied()
+            .unwrap_or_default()
     }
 
     fn post(&self, body: &Body<'_>) -> reqwest::RequestBuilder {
@@ -101,7 +127,7 @@ impl OpenAi {
     /// `system` is [`Self::system_text`], and no other system message is sent. Always a
     /// streamed answer (DESIGN §5), whether or not anyone listens to its text as it comes:
     /// tokens come as the model writes them.
-    fn body<'a>(req: &'a LlmRequest, system: &'a str, tokens: TokenField) -> Body<'a> {
+    fn body<'a>(req: &'a LlmRequest, system: &'a str, quirks: Quirks) -> Body<'a> {
         let mut messages = Vec::with_capacity(req.messages.len() + 1);
         if !system.is_empty() {
             messages.push(Msg {
@@ -164,9 +190,8 @@ impl OpenAi {
         Body {
             model: &req.model,
             messages,
-            max_tokens: (tokens == TokenField::MaxTokens).then_some(req.max_tokens),
-            max_completion_tokens: (tokens == TokenField::MaxCompletionTokens)
-                .then_some(req.max_tokens),
+            max_tokens: (!quirks.completion_tokens).then_some(req.max_tokens),
+            max_completion_tokens: quirks.completion_tokens.then_some(req.max_tokens),
             // None offered when the model must answer: servers that do not heed
             // `tool_choice` (Ollama) cannot call what is not offered.
             tools: req
@@ -183,9 +208,9 @@ impl OpenAi {
                 })
                 .collect(),
             stream: true,
-            stream_options: StreamOptions {
+            stream_options: (!quirks.no_stream_options).then_some(StreamOptions {
                 include_usage: true,
-            },
+            }),
         }
     }
 }
@@ -202,7 +227,8 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<ToolJson<'a>>,
     stream: bool,
-    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
 }
 
 #[derive(Serialize)]
@@ -280,6 +306,13 @@ fn refuses_max_tokens(r: &Rejection) -> bool {
             .contains("use 'max_completion_tokens'")
 }
 
+/// Whether a 400 or 422 refuses `stream_options` (Mistral: 422 `extra_forbidden` at
+/// `["body", "stream_options", …]`, "Extra inputs are not permitted"; older Azure: 400
+/// "Unrecognized request argument supplied: stream_options").
+fn refuses_stream_options(r: &Rejection) -> bool {
+    matches!(r.status, 400 | 422) && r.body.contains("stream_options")
+}
+
 #[async_trait]
 impl LlmProvider for OpenAi {
     async fn complete(
@@ -288,23 +321,25 @@ impl LlmProvider for OpenAi {
         on_delta: Option<DeltaSink>,
     ) -> Result<LlmResponse, LlmError> {
         let system = Self::system_text(req);
-        let tokens = self.token_field(&req.model);
-        let resp = http::send(self.post(&Self::body(req, &system, tokens)), self.limit).await?;
-        let resp = if resp.status().is_success() {
-            resp
-        } else {
-            let rejection = Rejection::read(resp, self.limit).await;
-            if tokens != TokenField::MaxTokens || !refuses_max_tokens(&rejection) {
-                return Err(rejection.into());
+        let mut quirks = self.quirks(&req.model);
+        // Each refusal that teaches something is learnt for the model and the request sent
+        // again at once (not a failure, no backoff); each quirk is learnt once, so this
+        // ends.
+        let resp = loop {
+            let resp = http::send(self.post(&Self::body(req, &system, quirks)), self.limit).await?;
+            if resp.status().is_success() {
+                break resp;
             }
-            // Asked once per model: other servers of the family want `max_tokens`.
-            tracing::info!(model = %req.model, "the model refuses max_tokens: sending max_completion_tokens from now on");
-            self.completion_tokens
+            let rejection = Rejection::read(resp, self.limit).await;
+            let Some((learnt, change)) = quirks.learn(&rejection) else {
+                return Err(rejection.into());
+            };
+            tracing::info!(model = %req.model, "the model's server refused the request: {change} from now on");
+            self.quirks
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(req.model.clone());
-            let body = Self::body(req, &system, TokenField::MaxCompletionTokens);
-            http::send_checked(self.post(&body), self.limit).await?
+                .insert(req.model.clone(), learnt);
+            quirks = learnt;
         };
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
         if is_json(&resp) {
@@ -383,7 +418,7 @@ mod tests {
         };
         let system = OpenAi::system_text(&req);
         let streamed =
-            serde_json::to_value(OpenAi::body(&req, &system, TokenField::MaxTokens)).unwrap();
+            serde_json::to_value(OpenAi::body(&req, &system, Quirks::default())).unwrap();
         assert_eq!(
             streamed,
             json!({
@@ -405,13 +440,15 @@ mod tests {
                 "stream_options": {"include_usage": true}
             })
         );
-        let no_system =
-            serde_json::to_value(OpenAi::body(&req, "", TokenField::MaxTokens)).unwrap();
+        let no_system = serde_json::to_value(OpenAi::body(&req, "", Quirks::default())).unwrap();
         assert_eq!(no_system["messages"][0]["role"], "user");
-        let reasoning =
-            serde_json::to_value(OpenAi::body(&req, &system, TokenField::MaxCompletionTokens))
-                .unwrap();
+        let quirks = Quirks {
+            completion_tokens: true,
+            no_stream_options: true,
+        };
+        let reasoning = serde_json::to_value(OpenAi::body(&req, &system, quirks)).unwrap();
         assert_eq!(reasoning["max_completion_tokens"], 7);
         assert!(reasoning.get("max_tokens").is_none(), "{reasoning}");
+        assert!(reasoning.get("stream_options").is_none(), "{reasoning}");
     }
 }
