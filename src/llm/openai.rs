@@ -21,6 +21,7 @@ use super::http::{self, Rejection};
 use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, sse};
 
 mod stream;
+mod think;
 
 /// Client for `POST {base_url}/chat/completions`.
 pub struct OpenAi {
@@ -376,7 +377,7 @@ impl LlmProvider for OpenAi {
                 "the answer's stream ended before it was complete".into(),
             ));
         }
-        Ok(answer.finish())
+        Ok(answer.finish(&on_delta))
     }
 }
 

@@ -1,9 +1,11 @@
 //! Assembling a streamed Chat Completions answer from its `chat.completion.chunk`s: text
-//! deltas, usage, finish reason, and tool calls sent in fragments; and reading a whole
-//! `chat.completion` that came instead.
+//! deltas (a leading `<think>` block taken out, see [`super::think`]), usage, finish
+//! reason, and tool calls sent in fragments; and reading a whole `chat.completion` that
+//! came instead.
 
 use serde_json::{Value, json};
 
+use super::think::Think;
 use crate::llm::http::classify;
 use crate::llm::{DeltaSink, LlmError, LlmResponse, ToolCall, Usage};
 
@@ -15,6 +17,7 @@ const MAX_INDEX: usize = 64;
 pub(super) struct Assembly {
     out: LlmResponse,
     calls: Calls,
+    think: Think,
 }
 
 impl Assembly {
@@ -36,8 +39,8 @@ impl Assembly {
         }
         let delta = &choice["delta"];
         if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            on_delta(t);
-            self.out.text.push_str(t);
+            let shown = self.think.push(t);
+            self.show(&shown, on_delta);
         }
         for fragment in delta["tool_calls"].as_array().into_iter().flatten() {
             self.calls.push(fragment)?;
@@ -79,7 +82,15 @@ impl Assembly {
         });
         let mut answer = Self::default();
         answer.apply(&chunk.to_string(), on_delta)?;
-        Ok(answer.finish())
+        Ok(answer.finish(on_delta))
+    }
+
+    /// Text of the answer proper: streamed and kept.
+    fn show(&mut self, text: &str, on_delta: &DeltaSink) {
+        if !text.is_empty() {
+            on_delta(text);
+            self.out.text.push_str(text);
+        }
     }
 
     /// Whether a finish reason came (an answer whose `[DONE]` got lost is still whole).
@@ -87,8 +98,11 @@ impl Assembly {
         !self.out.finish_reason.is_empty()
     }
 
-    /// The answer; calls without a name are dropped, calls without an id get one.
-    pub fn finish(self) -> LlmResponse {
+    /// The answer (with the text held back until the content ended, if it was not
+    /// reasoning); calls without a name are dropped, calls without an id get one.
+    pub fn finish(mut self, on_delta: &DeltaSink) -> LlmResponse {
+        let rest = self.think.finish();
+        self.show(&rest, on_delta);
         let mut out = self.out;
         out.tool_calls = self
             .calls

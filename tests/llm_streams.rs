@@ -1,0 +1,136 @@
+//! Streamed Chat Completions as servers of the family really send them: reasoning in a
+//! `<think>` block of the content, tool calls in LM Studio's and MiniMax's fragments,
+//! Gemini's thought signatures, DeepSeek's `reasoning_content`.
+
+mod agent_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_support::*;
+use serde_json::{Value, json};
+use switchboard::llm::openai::OpenAi;
+use switchboard::llm::{DeltaSink, LlmProvider, LlmRequest};
+use switchboard_fakes::llm::{FakeLlm, Reply};
+
+fn request(model: &str) -> LlmRequest {
+    read_file_request(model, "what is in notes.md?")
+}
+
+fn openai(llm: &FakeLlm) -> OpenAi {
+    OpenAi::new(&llm.base_url(), None, Duration::from_secs(10)).unwrap()
+}
+
+/// One `chat.completion.chunk` event with `delta` (and a finish reason).
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let c = json!({"id": "c1", "object": "chat.completion.chunk", "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {c}\n\n")
+}
+
+/// A stream of `contents` as content deltas, then `stop` and `[DONE]`.
+fn text_stream(contents: &[&str]) -> Reply {
+    let mut events: Vec<String> = contents
+        .iter()
+        .map(|t| chunk(json!({"content": t}), None))
+        .collect();
+    events.push(chunk(json!({}), Some("stop")));
+    events.push("data: [DONE]\n\n".into());
+    Reply::sse_lines(events)
+}
+
+fn collecting_sink() -> (DeltaSink, Arc<Mutex<String>>) {
+    let got = Arc::new(Mutex::new(String::new()));
+    let g = got.clone();
+    (Arc::new(move |t: &str| g.lock().unwrap().push_str(t)), got)
+}
+
+/// The answer's text, and what was streamed of it.
+async fn answer(p: &OpenAi, llm: &FakeLlm, reply: Reply) -> (String, String) {
+    llm.push(reply);
+    let (sink, heard) = collecting_sink();
+    let r = p.complete(&request("qwen3"), Some(sink)).await.unwrap();
+    let heard = heard.lock().unwrap().clone();
+    (r.text, heard)
+}
+
+#[tokio::test]
+async fn a_leading_think_block_is_neither_shown_nor_kept() {
+    let llm = FakeLlm::start().await;
+    let p = openai(&llm);
+    // vLLM without a reasoning parser, as the reviewer saw it.
+    let said = answer(
+        &p,
+        &llm,
+        text_stream(&[
+            "<think>\nThe user says hi. Internal musing: do not reveal.\n",
+            "</think>\n\n",
+            "Hello there!",
+        ]),
+    )
+    .await;
+    assert_eq!(said, ("Hello there!".into(), "Hello there!".into()));
+    // Its tags split across deltas, after leading whitespace.
+    let said = answer(
+        &p,
+        &llm,
+        text_stream(&[
+            "\n", "<thi", "nk>sec", "ret</th", "ink", ">", "\n", "Hi", " you",
+        ]),
+    )
+    .await;
+    assert_eq!(said, ("Hi you".into(), "Hi you".into()));
+    // Never closed: all of it was reasoning (cut off by max_tokens, or a server that
+    // sends the answer elsewhere).
+    let said = answer(&p, &llm, text_stream(&["<think>", "still thinking", "…"])).await;
+    assert_eq!(said, (String::new(), String::new()));
+    // A whole JSON answer too.
+    let said = answer(
+        &p,
+        &llm,
+        Reply::text("<think>hidden</think>Visible").ignoring_stream(),
+    )
+    .await;
+    assert_eq!(said, ("Visible".into(), "Visible".into()));
+}
+
+#[tokio::test]
+async fn think_tags_anywhere_but_at_the_start_are_ordinary_text() {
+    let llm = FakeLlm::start().await;
+    let p = openai(&llm);
+    let text = "Wrap reasoning in <think>…</think> tags, like <think>this</think>.";
+    let said = answer(
+        &p,
+        &llm,
+        text_stream(&["Wrap reasoning in <th", &text[21..]]),
+    )
+    .await;
+    assert_eq!(said, (text.into(), text.into()));
+    // A start that looks like a tag for a while, and is not one.
+    let said = answer(&p, &llm, text_stream(&["  <", "thi", "s> is <b>bold</b>"])).await;
+    let text = "  <this> is <b>bold</b>";
+    assert_eq!(said, (text.into(), text.into()));
+    let said = answer(&p, &llm, text_stream(&["<thin"])).await;
+    assert_eq!(said, ("<thin".into(), "<thin".into()));
+}
+
+#[tokio::test]
+async fn a_turn_stores_and_sends_no_reasoning_from_a_think_block() {
+    let h = Harness::new().await;
+    h.llm.push(text_stream(&[
+        "<think>\nThe user says hi. Internal musing: do not reveal.\n",
+        "</think>\n\n",
+        "Hello there!",
+    ]));
+    let out = turn(&h.agent(), &h.store, msg("t:1", "hi")).await;
+    assert_eq!(out.replies[0].text, "Hello there!");
+    turn(&h.agent(), &h.store, msg("t:2", "and again")).await;
+    let sent = h.llm.requests()[1].body.to_string();
+    assert!(sent.contains("Hello there!"), "{sent}");
+    assert!(
+        !sent.contains("musing") && !sent.contains("think>"),
+        "{sent}"
+    );
+    let stored = stored_session(&h.store).to_string();
+    assert!(!stored.contains("musing"), "{stored}");
+}
