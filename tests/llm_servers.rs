@@ -95,3 +95,93 @@ async fn a_server_that_forbids_stream_options_is_asked_again_without_them_at_onc
         "{e:?}"
     );
 }
+
+/// What llama.cpp's server answers a prompt larger than its context, by version: a 400
+/// or a 500 with `exceed_context_size_error`, or (older builds) an SSE `error:` field in
+/// a 200 stream, then `[DONE]`.
+fn llama_cpp_overflows() -> Vec<Reply> {
+    vec![
+        Reply::error(
+            400,
+            json!({"error": {"code": 400, "message": "request (4390 tokens) exceeds the available context size (4096 tokens), try increasing it",
+                "type": "exceed_context_size_error", "n_prompt_tokens": 4390, "n_ctx": 4096}}),
+        ),
+        Reply::error(
+            500,
+            json!({"error": {"code": 500, "message": "the request exceeds the available context size. try increasing the context size or enable context shift",
+                "type": "exceed_context_size_error", "n_prompt_tokens": 1407, "n_ctx": 256}}),
+        ),
+        Reply::sse_lines([
+            "error: {\"code\":400,\"message\":\"the request exceeds the available context size. try increasing the context size or enable context shift\",\"type\":\"invalid_request_error\"}\n\n",
+            "data: [DONE]\n\n",
+        ]),
+    ]
+}
+
+#[tokio::test]
+async fn llama_cpp_context_overflow_is_known_in_all_its_shapes() {
+    let llm = FakeLlm::start().await;
+    let (p, sleeps) = resilient(&llm);
+    for reply in llama_cpp_overflows() {
+        llm.clear();
+        llm.push(reply);
+        llm.push(Reply::text("not asked"));
+        let e = p.complete(&request("qwen3"), None).await.unwrap_err();
+        assert!(matches!(e, LlmError::ContextOverflow), "{e:?}");
+        assert_eq!(llm.request_count(), 1, "not retried as it stands");
+        llm.reset();
+    }
+    assert!(sleeps.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_sse_error_field_is_an_error_not_an_empty_answer() {
+    let llm = FakeLlm::start().await;
+    llm.push(Reply::sse_lines([
+        "error: {\"code\":500,\"message\":\"slot unavailable\",\"type\":\"server_error\"}\n\n",
+        "data: [DONE]\n\n",
+    ]));
+    let e = openai(&llm)
+        .complete(&request("qwen3"), None)
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(e.to_string().contains("slot unavailable"), "{e}");
+}
+
+#[tokio::test]
+async fn anthropics_input_plus_max_tokens_over_the_limit_is_a_context_overflow() {
+    let llm = FakeLlm::start().await;
+    let a =
+        switchboard::llm::anthropic::Anthropic::new(&llm.url(), Some("k".into()), SECS_10).unwrap();
+    llm.push(Reply::error(
+        400,
+        json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again"}}),
+    ));
+    let e = a.complete(&request("claude"), None).await.unwrap_err();
+    assert!(matches!(e, LlmError::ContextOverflow), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_llama_cpp_overflow_in_a_turn_compacts_the_session_and_retries_once() {
+    for overflow in llama_cpp_overflows() {
+        let h = agent_support::Harness::new().await;
+        let agent = h.agent();
+        for i in 0..2 {
+            let m = agent_support::msg(&format!("t:{i}"), &format!("message number {i}"));
+            agent_support::turn(&agent, &h.store, m).await;
+        }
+        h.llm.clear();
+        h.llm.push(overflow);
+        h.llm.push(Reply::text("after compaction"));
+        let out = agent_support::turn(&agent, &h.store, agent_support::msg("t:x", "now?")).await;
+        assert_eq!(out.replies[0].text, "after compaction");
+        let reqs = h.llm.requests();
+        assert_eq!(reqs.len(), 2, "one retry, not the backoff's");
+        let retry = agent_support::messages(&reqs[1].body);
+        assert_eq!(retry.iter().filter(|m| m["role"] == "user").count(), 1);
+        let system = retry[0]["content"].as_str().unwrap();
+        assert!(system.contains("message number 1"), "{system}");
+    }
+}

@@ -358,6 +358,9 @@ impl LlmProvider for OpenAi {
         let mut done = false;
         'stream: while let Some(chunk) = http::next_chunk(&mut body, self.limit).await? {
             for ev in parser.push(&chunk) {
+                if let Some(error) = &ev.error {
+                    return Err(stream::error(error));
+                }
                 if ev.data == "[DONE]" {
                     done = true;
                     break 'stream;
@@ -366,6 +369,9 @@ impl LlmProvider for OpenAi {
             }
         }
         match parser.finish() {
+            Some(ev) if ev.error.is_some() => {
+                return Err(stream::error(ev.error.as_deref().unwrap_or_default()));
+            }
             Some(ev) if ev.data == "[DONE]" => done = true,
             Some(ev) => answer.apply(&ev.data, &on_delta)?,
             None => {}

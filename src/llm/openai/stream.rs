@@ -190,6 +190,12 @@ impl Calls {
     }
 }
 
+/// A failure the server sent in the stream (an SSE `error:` field's text): what the
+/// same words in an HTTP answer would be.
+pub(super) fn error(text: &str) -> LlmError {
+    classify(500, None, text)
+}
+
 fn usage(u: &Value) -> Usage {
     Usage {
         prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
