@@ -185,3 +185,31 @@ async fn a_llama_cpp_overflow_in_a_turn_compacts_the_session_and_retries_once() 
         assert!(system.contains("message number 1"), "{system}");
     }
 }
+
+#[tokio::test]
+async fn a_user_message_never_follows_a_tool_result_on_the_wire() {
+    // A turn whose tools ran, then failed (or was stopped): its history ends in a tool
+    // result, and the next turn's message comes right after it. Mistral refuses that.
+    let h = agent_support::Harness::new().await;
+    h.llm.strict_role_order();
+    let agent = h.agent();
+    h.llm
+        .push(Reply::tool_call("list_dir", json!({"path": "."})));
+    h.llm.push(Reply::error(
+        400,
+        json!({"object": "error", "message": "some transient refusal", "type": "invalid_request_error"}),
+    ));
+    agent_support::turn(&agent, &h.store, agent_support::msg("t:1", "look around")).await;
+    h.llm.clear();
+    h.llm.push(Reply::text("Here you are."));
+    let out = agent_support::turn(&agent, &h.store, agent_support::msg("t:2", "well?")).await;
+    assert_eq!(out.replies[0].text, "Here you are.");
+    let sent = agent_support::messages(&h.llm.requests()[0].body);
+    let roles: Vec<&str> = sent.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "assistant", "user"]
+    );
+    assert_eq!(sent[4]["content"], "(no answer)");
+    assert_eq!(sent[5]["content"], "well?");
+}

@@ -146,6 +146,17 @@ impl OpenAi {
                 Role::Assistant => "assistant",
                 Role::Tool => "tool",
             };
+            // A user message right after a tool result (its turn failed or was stopped
+            // after its tools ran) gets an assistant message between them: Mistral ("Unexpected
+            // role 'user' after role 'tool'") and strict chat templates refuse it otherwise.
+            if m.role == Role::User && messages.last().is_some_and(|p| p.role == "tool") {
+                messages.push(Msg {
+                    role: "assistant",
+                    content: Some(Cow::Borrowed(super::NO_ANSWER)),
+                    tool_calls: Vec::new(),
+                    tool_call_id: None,
+                });
+            }
             // Two user messages in a row (one a `/stop` cut off before any answer, then
             // the next) travel as one: strict chat templates want the roles to alternate
             // and refuse every later turn otherwise.
