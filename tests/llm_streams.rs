@@ -134,3 +134,81 @@ async fn a_turn_stores_and_sends_no_reasoning_from_a_think_block() {
     let stored = stored_session(&h.store).to_string();
     assert!(!stored.contains("musing"), "{stored}");
 }
+
+/// A stream of `tool_calls` deltas (one fragment each), then `tool_calls` and `[DONE]`.
+fn call_stream(fragments: Vec<Value>) -> Reply {
+    let mut events: Vec<String> = fragments
+        .into_iter()
+        .map(|f| chunk(json!({"tool_calls": [f]}), None))
+        .collect();
+    events.push(chunk(json!({}), Some("tool_calls")));
+    events.push("data: [DONE]\n\n".into());
+    Reply::sse_lines(events)
+}
+
+/// Runs a turn whose first answer is `calls`, and returns the assistant message the
+/// follow-up request sent back, and its tool results' call ids.
+async fn sent_back(calls: Reply) -> (Value, Vec<String>) {
+    let h = Harness::new().await;
+    std::fs::write(h.workspace().join("notes.txt"), "milk, eggs").unwrap();
+    h.llm.push(calls);
+    h.llm.push(Reply::text("You need milk and eggs."));
+    let out = turn(&h.agent(), &h.store, msg("t:1", "what is in notes.txt?")).await;
+    assert_eq!(out.replies[0].text, "You need milk and eggs.");
+    let sent = messages(&h.llm.requests()[1].body);
+    let asked = sent
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .unwrap()
+        .clone();
+    let answered = sent
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(tool_results(&h.llm.requests()[1].body), ["milk, eggs"]);
+    (asked, answered)
+}
+
+#[tokio::test]
+async fn lm_studios_argument_fragments_with_new_ids_continue_one_call() {
+    // LM Studio (Gemma): the name comes first, then each argument fragment with an id of
+    // its own and an empty name, all at index 0.
+    let mut fragments = vec![json!({"index": 0, "id": "call_A", "type": "function",
+        "function": {"name": "read_file", "arguments": ""}})];
+    for (i, c) in r#"{"path": "notes.txt"}"#.chars().enumerate() {
+        fragments.push(
+            json!({"index": 0, "id": format!("call_x{i}"), "type": "function",
+            "function": {"name": "", "arguments": c.to_string()}}),
+        );
+    }
+    let (asked, answered) = sent_back(call_stream(fragments)).await;
+    assert_eq!(
+        asked["tool_calls"],
+        json!([{"id": "call_A", "type": "function",
+            "function": {"name": "read_file", "arguments": "{\"path\": \"notes.txt\"}"}}])
+    );
+    assert_eq!(answered, ["call_A"]);
+}
+
+#[tokio::test]
+async fn a_name_sent_again_on_every_fragment_is_taken_once() {
+    // MiniMax through NVIDIA NIM: the whole name on every fragment, the same id.
+    let fragment = |args: &str| {
+        json!({"index": 0, "id": "call_A", "type": "function",
+            "function": {"name": "read_file", "arguments": args}})
+    };
+    let fragments = vec![
+        fragment(""),
+        fragment("{\"path\":"),
+        fragment(" \"notes.txt\"}"),
+    ];
+    let (asked, answered) = sent_back(call_stream(fragments)).await;
+    assert_eq!(asked["tool_calls"][0]["function"]["name"], "read_file");
+    assert_eq!(
+        asked["tool_calls"][0]["function"]["arguments"],
+        "{\"path\": \"notes.txt\"}"
+    );
+    assert_eq!(asked["tool_calls"].as_array().unwrap().len(), 1);
+    assert_eq!(answered, ["call_A"]);
+}

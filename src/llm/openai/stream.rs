@@ -143,9 +143,12 @@ struct Calls {
 
 impl Calls {
     /// Add one fragment. Fragments of one call share an `index`, the id and name come with
-    /// the first. A fragment that brings another id than its slot's begins a new call:
-    /// Ollama sends parallel calls whole, each with its own id, all with `index: 0`
-    /// (ollama/ollama#15457), and they must not run together into one.
+    /// the first. A fragment that brings a name and another id than its slot's begins a
+    /// new call: Ollama sends parallel calls whole, each with its own id, all with
+    /// `index: 0` (ollama/ollama#15457), and they must not run together into one. A
+    /// fragment without a name goes on with its slot's call whatever its id: LM Studio
+    /// gives every argument fragment an id of its own. A name sent again (MiniMax repeats
+    /// it on every fragment) is the name already there.
     fn push(&mut self, fragment: &Value) -> Result<(), LlmError> {
         let index = match fragment["index"].as_u64() {
             Some(i) if i as usize > MAX_INDEX => {
@@ -157,12 +160,19 @@ impl Calls {
             None => None,
         };
         let id = fragment["id"].as_str().filter(|id| !id.is_empty());
+        let name = fragment["function"]["name"]
+            .as_str()
+            .filter(|n| !n.is_empty());
         let current = match index {
             Some(i) => self.slots.get(i).copied().flatten(),
             None => self.last,
         };
+        let same_call = |at: usize| {
+            let known = self.calls[at].id.as_str();
+            name.is_none() || id.is_none_or(|id| [id, ""].contains(&known))
+        };
         let at = match current {
-            Some(at) if id.is_none_or(|id| [id, ""].contains(&self.calls[at].id.as_str())) => at,
+            Some(at) if same_call(at) => at,
             _ => {
                 self.calls.push(PartialCall::default());
                 let at = self.calls.len() - 1;
@@ -177,11 +187,13 @@ impl Calls {
         };
         self.last = Some(at);
         let c = &mut self.calls[at];
-        if let Some(id) = id {
+        if let (Some(id), true) = (id, c.id.is_empty()) {
             c.id = id.to_string();
         }
-        if let Some(n) = fragment["function"]["name"].as_str() {
-            c.name.push_str(n);
+        match name {
+            Some(n) if c.name.is_empty() => c.name = n.to_string(),
+            Some(n) if n != c.name => c.name.push_str(n),
+            _ => {}
         }
         if let Some(a) = fragment["function"]["arguments"].as_str() {
             c.arguments.push_str(a);
