@@ -213,3 +213,71 @@ async fn a_user_message_never_follows_a_tool_result_on_the_wire() {
     assert_eq!(sent[4]["content"], "(no answer)");
     assert_eq!(sent[5]["content"], "well?");
 }
+
+#[tokio::test]
+async fn an_error_inside_a_stream_keeps_the_status_its_code_gives() {
+    let llm = FakeLlm::start().await;
+    let (p, sleeps) = resilient(&llm);
+    let error_stream = |error: Value| {
+        Reply::sse_lines([
+            ": OPENROUTER PROCESSING\n\n".to_string(),
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c1", "object": "chat.completion.chunk",
+                "error": error,
+                "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}]})
+            ),
+        ])
+    };
+    // A request the upstream refused: not retried for minutes.
+    llm.push(error_stream(
+        json!({"code": 400, "message": "Invalid schema for function 'read_file'"}),
+    ));
+    let e = p.complete(&request("m"), None).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LlmError::Refused {
+                status: Some(400),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(llm.request_count(), 1);
+    // Nor is llama.cpp's SSE `error:` field with its code.
+    llm.clear();
+    llm.push(Reply::sse_lines([
+        "error: {\"code\":400,\"message\":\"invalid grammar\",\"type\":\"invalid_request_error\"}\n\n",
+        "data: [DONE]\n\n",
+    ]));
+    let e = p.complete(&request("m"), None).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LlmError::Refused {
+                status: Some(400),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(llm.request_count(), 1);
+    assert!(sleeps.lock().unwrap().is_empty(), "{sleeps:?}");
+    // A rate limit is waited out; a provider that dropped (502), or an error without a
+    // number, is retried as before.
+    for error in [
+        json!({"code": 429, "message": "Rate limit exceeded"}),
+        json!({"code": 502, "message": "Provider disconnected unexpectedly"}),
+        json!({"code": "server_error", "message": "oops"}),
+    ] {
+        llm.clear();
+        llm.push(error_stream(error));
+        llm.push(Reply::text("recovered"));
+        assert_eq!(
+            p.complete(&request("m"), None).await.unwrap().text,
+            "recovered"
+        );
+        assert_eq!(llm.request_count(), 2);
+    }
+}

@@ -26,7 +26,7 @@ impl Assembly {
         let v: Value = serde_json::from_str(data)
             .map_err(|e| LlmError::Protocol(format!("bad stream chunk: {e}")))?;
         if let Some(err) = v.get("error") {
-            return Err(classify(500, None, &err.to_string()));
+            return Err(error_object(err));
         }
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
             self.out.usage = usage(u);
@@ -54,7 +54,7 @@ impl Assembly {
         let v: Value = serde_json::from_slice(body)
             .map_err(|e| LlmError::Protocol(format!("bad completion: {e}")))?;
         if let Some(err) = v.get("error") {
-            return Err(classify(500, None, &err.to_string()));
+            return Err(error_object(err));
         }
         let choice = &v["choices"][0];
         let message = &choice["message"];
@@ -205,7 +205,21 @@ impl Calls {
 /// A failure the server sent in the stream (an SSE `error:` field's text): what the
 /// same words in an HTTP answer would be.
 pub(super) fn error(text: &str) -> LlmError {
-    classify(500, None, text)
+    match serde_json::from_str::<Value>(text) {
+        Ok(err) if err.is_object() => error_object(&err),
+        _ => classify(500, None, text),
+    }
+}
+
+/// An error object inside a stream (`{"code": 400, "message": …}`): its `code` is the
+/// HTTP status the server would have answered with when it is one (OpenRouter, llama.cpp),
+/// so a refused request is not retried for minutes; otherwise a server error.
+fn error_object(err: &Value) -> LlmError {
+    let status = err["code"]
+        .as_u64()
+        .filter(|c| (400..=599).contains(c))
+        .map_or(500, |c| c as u16);
+    classify(status, None, &err.to_string())
 }
 
 fn usage(u: &Value) -> Usage {
