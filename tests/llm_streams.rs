@@ -212,3 +212,53 @@ async fn a_name_sent_again_on_every_fragment_is_taken_once() {
     assert_eq!(asked["tool_calls"].as_array().unwrap().len(), 1);
     assert_eq!(answered, ["call_A"]);
 }
+
+/// Gemini 3 through its OpenAI-compatible endpoint: calls without an `index`, each with
+/// its own id, the first with the thought signature the next request must carry back.
+fn gemini_calls() -> Reply {
+    let event = |v: Value| format!("data: {v}\n\n");
+    Reply::sse_lines([
+        event(
+            json!({"choices": [{"delta": {"role": "assistant", "tool_calls": [{
+            "extra_content": {"google": {"thought_signature": "SIG_AAA"}},
+            "function": {"arguments": "{\"path\":\"notes.txt\"}", "name": "read_file"},
+            "id": "function-call-1", "type": "function"}]}, "index": 0}],
+            "object": "chat.completion.chunk"}),
+        ),
+        event(
+            json!({"choices": [{"delta": {"role": "assistant", "tool_calls": [{
+            "function": {"arguments": "{\"path\":\"notes.txt\"}", "name": "read_file"},
+            "id": "function-call-2", "type": "function"}]}, "index": 0, "finish_reason": "stop"}],
+            "object": "chat.completion.chunk"}),
+        ),
+        "data: [DONE]\n\n".to_string(),
+    ])
+}
+
+#[tokio::test]
+async fn geminis_thought_signatures_go_back_with_their_calls_in_this_turn_and_later_ones() {
+    let h = Harness::new().await;
+    std::fs::write(h.workspace().join("notes.txt"), "milk").unwrap();
+    h.llm.push(gemini_calls());
+    h.llm.push(Reply::text("Milk."));
+    let out = turn(&h.agent(), &h.store, msg("t:1", "what is in notes.txt?")).await;
+    assert_eq!(out.replies[0].text, "Milk.");
+    h.llm.push(Reply::text("Still milk."));
+    turn(&h.agent(), &h.store, msg("t:2", "and now?")).await;
+    let signature = json!({"google": {"thought_signature": "SIG_AAA"}});
+    let requests = h.llm.requests();
+    // The follow-up in the turn, and the next turn's request from the stored session.
+    for request in &requests[1..] {
+        let sent = messages(&request.body);
+        let asked = sent.iter().find(|m| m["role"] == "assistant").unwrap();
+        let calls = asked["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 2, "{asked}");
+        assert_eq!(calls[0]["id"], "function-call-1");
+        assert_eq!(calls[0]["extra_content"], signature, "{asked}");
+        assert!(calls[1].get("extra_content").is_none(), "{asked}");
+    }
+    assert_eq!(
+        messages(&requests[2].body).last().unwrap()["content"],
+        "and now?"
+    );
+}

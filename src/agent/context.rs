@@ -157,6 +157,7 @@ mod tests {
             id: "c1".into(),
             name: "read_file".into(),
             arguments: "{}".into(),
+            extra_content: None,
         });
         let mut res = ChatMessage::new(Role::Tool, big.clone());
         res.tool_call_id = Some("c1".into());

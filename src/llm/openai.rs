@@ -183,6 +183,7 @@ impl OpenAi {
                     .map(|c| CallJson {
                         id: &c.id,
                         kind: "function",
+                        extra_content: c.extra_content.as_ref(),
                         function: FnJson {
                             name: &c.name,
                             // As the model sent them, unless they are not a JSON object (cut
@@ -260,6 +261,9 @@ struct CallJson<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: FnJson<'a>,
+    /// As the server sent it with the call (Gemini's thought signature).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_content: Option<&'a Value>,
 }
 
 /// Whether a tool call's `arguments` are a JSON object.
@@ -412,6 +416,7 @@ mod tests {
             id: "c1".into(),
             name: "read_file".into(),
             arguments: r#"{"path":"a"}"#.into(),
+            extra_content: None,
         });
         let mut result = ChatMessage::new(Role::Tool, "contents");
         result.tool_call_id = Some("c1".into());

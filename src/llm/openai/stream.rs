@@ -118,6 +118,7 @@ impl Assembly {
                 },
                 name: c.name,
                 arguments: c.arguments,
+                extra_content: c.extra_content,
             })
             .collect();
         out
@@ -129,6 +130,7 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+    extra_content: Option<Value>,
 }
 
 /// Tool calls being assembled, in the order they began.
@@ -197,6 +199,9 @@ impl Calls {
         }
         if let Some(a) = fragment["function"]["arguments"].as_str() {
             c.arguments.push_str(a);
+        }
+        if let Some(extra) = fragment.get("extra_content").filter(|v| !v.is_null()) {
+            c.extra_content = Some(extra.clone());
         }
         Ok(())
     }
