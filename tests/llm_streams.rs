@@ -262,3 +262,54 @@ async fn geminis_thought_signatures_go_back_with_their_calls_in_this_turn_and_la
         "and now?"
     );
 }
+
+#[tokio::test]
+async fn deepseeks_reasoning_goes_back_within_its_turn_only_and_is_never_shown_or_stored() {
+    let h = Harness::new().await;
+    std::fs::write(h.workspace().join("notes.txt"), "milk").unwrap();
+    let calls = Reply::sse_lines([
+        chunk(
+            json!({"role": "assistant", "content": null, "reasoning_content": "I should read the file."}),
+            None,
+        ),
+        chunk(json!({"reasoning_content": " Use read_file."}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_00_x", "type": "function",
+                "function": {"name": "read_file", "arguments": ""}}]}),
+            None,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"path\":\"notes.txt\"}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+        "data: [DONE]\n\n".to_string(),
+    ]);
+    h.llm.push(calls);
+    h.llm.push(Reply::text("Milk."));
+    let out = turn(&h.agent(), &h.store, msg("t:1", "what is in notes.txt?")).await;
+    assert_eq!(out.replies[0].text, "Milk.");
+    let sent = messages(&h.llm.requests()[1].body);
+    let asked = sent.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(
+        asked["reasoning_content"], "I should read the file. Use read_file.",
+        "{asked}"
+    );
+    assert_eq!(asked["tool_calls"][0]["id"], "call_00_x");
+    let stored = stored_session(&h.store).to_string();
+    assert!(!stored.contains("should read"), "{stored}");
+    // A later turn sends the earlier turn's messages without it.
+    h.llm.push(Reply::text("Still milk."));
+    turn(&h.agent(), &h.store, msg("t:2", "and now?")).await;
+    let later = h.llm.requests()[2].body.to_string();
+    assert!(later.contains("call_00_x"), "{later}");
+    assert!(!later.contains("reasoning_content"), "{later}");
+    // Streamed, only the answer is heard.
+    let thinking = Reply::sse_lines([
+        chunk(json!({"reasoning_content": "Let me think."}), None),
+        chunk(json!({"content": "Hi"}), Some("stop")),
+        "data: [DONE]\n\n".to_string(),
+    ]);
+    let said = answer(&openai(&h.llm), &h.llm, thinking).await;
+    assert_eq!(said, ("Hi".into(), "Hi".into()));
+}

@@ -55,6 +55,12 @@ pub struct ChatMessage {
     /// For `Role::Tool`: the call this result answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// For an assistant message of the running turn: what the model thought before it
+    /// (DeepSeek's `reasoning_content`), sent back within the turn as DeepSeek's thinking
+    /// mode requires. Never shown, and never stored: later turns need none of it, and
+    /// other servers may refuse the field.
+    #[serde(skip)]
+    pub reasoning: String,
 }
 
 impl ChatMessage {
@@ -64,6 +70,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            reasoning: String::new(),
         }
     }
 }
@@ -109,6 +116,9 @@ pub struct LlmResponse {
     pub tool_calls: Vec<ToolCall>,
     pub usage: Usage,
     pub finish_reason: String,
+    /// What the model thought before it answered, where the server sends it apart
+    /// (`reasoning_content`): never shown.
+    pub reasoning: String,
 }
 
 impl LlmResponse {

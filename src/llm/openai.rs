@@ -136,6 +136,7 @@ impl OpenAi {
                 content: Some(Cow::Borrowed(system)),
                 tool_calls: Vec::new(),
                 tool_call_id: None,
+                reasoning_content: None,
             });
         }
         for m in &req.messages {
@@ -155,6 +156,7 @@ impl OpenAi {
                     content: Some(Cow::Borrowed(super::NO_ANSWER)),
                     tool_calls: Vec::new(),
                     tool_call_id: None,
+                    reasoning_content: None,
                 });
             }
             // Two user messages in a row (one a `/stop` cut off before any answer, then
@@ -198,6 +200,8 @@ impl OpenAi {
                     })
                     .collect(),
                 tool_call_id: m.tool_call_id.as_deref(),
+                reasoning_content: (m.role == Role::Assistant && !m.reasoning.is_empty())
+                    .then_some(m.reasoning.as_str()),
             });
         }
         Body {
@@ -253,6 +257,10 @@ struct Msg<'a> {
     tool_calls: Vec<CallJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
+    /// The reasoning before an assistant message of the running turn (DeepSeek's
+    /// thinking mode refuses a tool call sent back without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
 }
 
 #[derive(Serialize)]

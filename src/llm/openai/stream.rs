@@ -42,6 +42,10 @@ impl Assembly {
             let shown = self.think.push(t);
             self.show(&shown, on_delta);
         }
+        // Never passed on: reasoning is not the answer.
+        if let Some(r) = delta["reasoning_content"].as_str() {
+            self.out.reasoning.push_str(r);
+        }
         for fragment in delta["tool_calls"].as_array().into_iter().flatten() {
             self.calls.push(fragment)?;
         }
@@ -75,7 +79,8 @@ impl Assembly {
             .collect();
         let chunk = json!({
             "choices": [{
-                "delta": {"content": message["content"], "tool_calls": calls},
+                "delta": {"content": message["content"], "tool_calls": calls,
+                          "reasoning_content": message["reasoning_content"]},
                 "finish_reason": choice["finish_reason"],
             }],
             "usage": v["usage"],
