@@ -107,6 +107,7 @@ async fn openai_sends_tool_results_with_their_call_ids() {
         id: "call_1".into(),
         name: "read_file".into(),
         arguments: "{\"path\":\"a\"}".into(),
+        extra_content: None,
     });
     let mut result = ChatMessage::new(Role::Tool, "file body");
     result.tool_call_id = Some("call_1".into());
@@ -194,6 +195,7 @@ async fn anthropic_sends_tool_use_and_tool_result_blocks() {
         id: "toolu_1".into(),
         name: "read_file".into(),
         arguments: "{\"path\":\"a\"}".into(),
+        extra_content: None,
     });
     let mut result = ChatMessage::new(Role::Tool, "file body");
     result.tool_call_id = Some("toolu_1".into());

@@ -20,6 +20,7 @@ pub fn tokens(text: &str) -> usize {
 /// Estimated tokens of one message (with a little per-message overhead).
 pub fn message_tokens(m: &ChatMessage) -> usize {
     4 + tokens(&m.content)
+        + tokens(&m.reasoning)
         + m.tool_calls
             .iter()
             .map(|c| 4 + tokens(&c.name) + tokens(&c.arguments))
@@ -157,6 +158,7 @@ mod tests {
             id: "c1".into(),
             name: "read_file".into(),
             arguments: "{}".into(),
+            extra_content: None,
         });
         let mut res = ChatMessage::new(Role::Tool, big.clone());
         res.tool_call_id = Some("c1".into());

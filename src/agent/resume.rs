@@ -148,6 +148,7 @@ mod tests {
             id: id.into(),
             name: "exec".into(),
             arguments: "{}".into(),
+            extra_content: None,
         }
     }
 

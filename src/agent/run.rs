@@ -167,7 +167,7 @@ pub async fn run(
             r = llm.complete(&req, round_sink) => r,
             _ = ctx.cancel.cancelled() => return LoopEnd::Cancelled,
         };
-        let resp = match resp {
+        let mut resp = match resp {
             Ok(r) => r,
             Err(LlmError::ContextOverflow) => {
                 metrics.llm_errors.fetch_add(1, Ordering::Relaxed);
@@ -208,6 +208,8 @@ pub async fn run(
         }
         let mut call_msg = ChatMessage::new(Role::Assistant, resp.text.clone());
         call_msg.tool_calls = resp.tool_calls.clone();
+        // Sent back within this turn only (DeepSeek's thinking mode wants it), never stored.
+        call_msg.reasoning = std::mem::take(&mut resp.reasoning);
         state.produced.push(call_msg);
         if let Some(saved) = save(state) {
             saved.await;

@@ -247,6 +247,7 @@ impl Assembly {
                 } else {
                     b.json
                 },
+                extra_content: None,
             })
             .collect();
         Ok(self.out)

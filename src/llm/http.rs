@@ -150,16 +150,26 @@ fn out_of_credit(status: u16, body: &str, lower: &str) -> bool {
         .any(|c| BILLING_CODES.contains(&c))
 }
 
+/// What providers say when the prompt does not fit the context window, lowercased:
+/// OpenAI's code and words, Anthropic's two messages ("prompt is too long", "input length
+/// and `max_tokens` exceed context limit"), llama.cpp's error type and words (in a 400, a
+/// 500, or an SSE `error:` field, by version).
+const OVERFLOW_WORDS: &[&str] = &[
+    "context_length_exceeded",
+    "maximum context length",
+    "prompt is too long",
+    "exceed context limit",
+    "exceed_context_size_error",
+    "exceeds the available context size",
+];
+
 /// Map an HTTP error status and body (or a streamed error event) to an [`LlmError`]. The
 /// body is kept for the logs with the API key blotted out: providers quote the key they
 /// refused ("Incorrect API key provided: sk-…"), also in an error event mid-stream.
 pub(crate) fn classify(status: u16, retry_after: Option<Duration>, body: &str) -> LlmError {
     let body = switchboard_channel::redact(body);
     let lower = body.to_lowercase();
-    if lower.contains("context_length_exceeded")
-        || lower.contains("maximum context length")
-        || lower.contains("prompt is too long")
-    {
+    if OVERFLOW_WORDS.iter().any(|w| lower.contains(w)) {
         return LlmError::ContextOverflow;
     }
     let snippet: String = body.chars().take(300).collect();

@@ -37,6 +37,11 @@ pub struct ToolCall {
     pub name: String,
     /// JSON text of the arguments, as the model wrote it.
     pub arguments: String,
+    /// What an OpenAI-compatible server attached to the call for itself, sent back with
+    /// it as it came (opaque): Gemini's `extra_content.google.thought_signature`, without
+    /// which it refuses the next request. Stored with the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_content: Option<serde_json::Value>,
 }
 
 /// One message of a conversation, provider-neutral.
@@ -50,6 +55,12 @@ pub struct ChatMessage {
     /// For `Role::Tool`: the call this result answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// For an assistant message of the running turn: what the model thought before it
+    /// (DeepSeek's `reasoning_content`), sent back within the turn as DeepSeek's thinking
+    /// mode requires. Never shown, and never stored: later turns need none of it, and
+    /// other servers may refuse the field.
+    #[serde(skip)]
+    pub reasoning: String,
 }
 
 impl ChatMessage {
@@ -59,6 +70,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            reasoning: String::new(),
         }
     }
 }
@@ -104,6 +116,9 @@ pub struct LlmResponse {
     pub tool_calls: Vec<ToolCall>,
     pub usage: Usage,
     pub finish_reason: String,
+    /// What the model thought before it answered, where the server sends it apart
+    /// (`reasoning_content`): never shown.
+    pub reasoning: String,
 }
 
 impl LlmResponse {
@@ -268,4 +283,17 @@ pub trait LlmProvider: Send + Sync + 'static {
         req: &LlmRequest,
         on_delta: Option<DeltaSink>,
     ) -> Result<LlmResponse, LlmError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_call_stored_without_extra_content_still_loads_and_stores_the_same() {
+        let old = r#"{"id":"c1","name":"read_file","arguments":"{}"}"#;
+        let call: ToolCall = serde_json::from_str(old).unwrap();
+        assert_eq!(call.extra_content, None);
+        assert_eq!(serde_json::to_string(&call).unwrap(), old);
+    }
 }

@@ -2,10 +2,12 @@
 //!
 //! Requests suit the strictest servers of the family: one system message, first (strict
 //! chat templates, Qwen's on vLLM and llama.cpp, refuse any later one), and `max_tokens`,
-//! or `max_completion_tokens` for the models that refuse it (OpenAI's o-series, gpt-5).
+//! or `max_completion_tokens` for the models that refuse it (OpenAI's o-series, gpt-5);
+//! `stream_options` unless the server forbids it (Mistral). What a model refuses is learnt
+//! from its first refusal, and the request sent again at once.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use super::http::{self, Rejection};
 use super::{DeltaSink, LlmError, LlmProvider, LlmRequest, LlmResponse, Role, sse};
 
 mod stream;
+mod think;
 
 /// Client for `POST {base_url}/chat/completions`.
 pub struct OpenAi {
@@ -28,17 +31,45 @@ pub struct OpenAi {
     /// `llm.request_timeout`: the longest wait for an answer's headers, and for each piece
     /// of its stream.
     limit: Duration,
-    /// Models that refused `max_tokens` and get `max_completion_tokens` instead.
-    completion_tokens: Mutex<HashSet<String>>,
+    /// What each model was found to refuse.
+    quirks: Mutex<HashMap<String, Quirks>>,
 }
 
-/// Which field carries `LlmRequest::max_tokens`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TokenField {
-    /// `max_tokens`: what Ollama, vLLM, llama.cpp and OpenRouter read.
-    MaxTokens,
-    /// `max_completion_tokens`: what OpenAI's reasoning models want.
-    MaxCompletionTokens,
+/// What a model's server refused, learnt from its answer: the request is shaped for what
+/// most servers read until a model says otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Quirks {
+    /// The limit goes in `max_completion_tokens` (OpenAI's reasoning models), not in
+    /// `max_tokens` (what Ollama, vLLM, llama.cpp and OpenRouter read).
+    completion_tokens: bool,
+    /// No `stream_options`: the server forbids fields it does not know (Mistral's 422
+    /// `extra_forbidden`); the usage then comes only if the server sends it unasked.
+    no_stream_options: bool,
+}
+
+impl Quirks {
+    /// What `r` teaches beyond what is known: the quirks to send again with, and what
+    /// changed (for the log); `None` when it teaches nothing (a refusal to pass on).
+    fn learn(self, r: &Rejection) -> Option<(Quirks, &'static str)> {
+        if !self.completion_tokens && refuses_max_tokens(r) {
+            let learnt = Quirks {
+                completion_tokens: true,
+                ..self
+            };
+            return Some((
+                learnt,
+                "sending max_completion_tokens instead of max_tokens",
+            ));
+        }
+        if !self.no_stream_options && refuses_stream_options(r) {
+            let learnt = Quirks {
+                no_stream_options: true,
+                ..self
+            };
+            return Some((learnt, "sending no stream_options"));
+        }
+        None
+    }
 }
 
 impl OpenAi {
@@ -54,7 +85,7 @@ impl OpenAi {
             base_url: base_url.trim_end_matches('/').to_string(),
             api_key,
             limit: timeout,
-            completion_tokens: Mutex::new(HashSet::new()),
+            quirks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -72,18 +103,14 @@ impl OpenAi {
         text
     }
 
-    /// The field `model` takes its token limit in.
-    fn token_field(&self, model: &str) -> TokenField {
-        let learnt = self
-            .completion_tokens
+    /// What `model` was found to refuse so far.
+    fn quirks(&self, model: &str) -> Quirks {
+        self.quirks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(model);
-        if learnt {
-            TokenField::MaxCompletionTokens
-        } else {
-            TokenField::MaxTokens
-        }
+            .get(model)
+            .copied()
+            .unwrap_or_default()
     }
 
     fn post(&self, body: &Body<'_>) -> reqwest::RequestBuilder {
@@ -101,7 +128,7 @@ impl OpenAi {
     /// `system` is [`Self::system_text`], and no other system message is sent. Always a
     /// streamed answer (DESIGN §5), whether or not anyone listens to its text as it comes:
     /// tokens come as the model writes them.
-    fn body<'a>(req: &'a LlmRequest, system: &'a str, tokens: TokenField) -> Body<'a> {
+    fn body<'a>(req: &'a LlmRequest, system: &'a str, quirks: Quirks) -> Body<'a> {
         let mut messages = Vec::with_capacity(req.messages.len() + 1);
         if !system.is_empty() {
             messages.push(Msg {
@@ -109,6 +136,7 @@ impl OpenAi {
                 content: Some(Cow::Borrowed(system)),
                 tool_calls: Vec::new(),
                 tool_call_id: None,
+                reasoning_content: None,
             });
         }
         for m in &req.messages {
@@ -119,6 +147,18 @@ impl OpenAi {
                 Role::Assistant => "assistant",
                 Role::Tool => "tool",
             };
+            // A user message right after a tool result (its turn failed or was stopped
+            // after its tools ran) gets an assistant message between them: Mistral ("Unexpected
+            // role 'user' after role 'tool'") and strict chat templates refuse it otherwise.
+            if m.role == Role::User && messages.last().is_some_and(|p| p.role == "tool") {
+                messages.push(Msg {
+                    role: "assistant",
+                    content: Some(Cow::Borrowed(super::NO_ANSWER)),
+                    tool_calls: Vec::new(),
+                    tool_call_id: None,
+                    reasoning_content: None,
+                });
+            }
             // Two user messages in a row (one a `/stop` cut off before any answer, then
             // the next) travel as one: strict chat templates want the roles to alternate
             // and refuse every later turn otherwise.
@@ -145,6 +185,7 @@ impl OpenAi {
                     .map(|c| CallJson {
                         id: &c.id,
                         kind: "function",
+                        extra_content: c.extra_content.as_ref(),
                         function: FnJson {
                             name: &c.name,
                             // As the model sent them, unless they are not a JSON object (cut
@@ -159,14 +200,15 @@ impl OpenAi {
                     })
                     .collect(),
                 tool_call_id: m.tool_call_id.as_deref(),
+                reasoning_content: (m.role == Role::Assistant && !m.reasoning.is_empty())
+                    .then_some(m.reasoning.as_str()),
             });
         }
         Body {
             model: &req.model,
             messages,
-            max_tokens: (tokens == TokenField::MaxTokens).then_some(req.max_tokens),
-            max_completion_tokens: (tokens == TokenField::MaxCompletionTokens)
-                .then_some(req.max_tokens),
+            max_tokens: (!quirks.completion_tokens).then_some(req.max_tokens),
+            max_completion_tokens: quirks.completion_tokens.then_some(req.max_tokens),
             // None offered when the model must answer: servers that do not heed
             // `tool_choice` (Ollama) cannot call what is not offered.
             tools: req
@@ -183,9 +225,9 @@ impl OpenAi {
                 })
                 .collect(),
             stream: true,
-            stream_options: StreamOptions {
+            stream_options: (!quirks.no_stream_options).then_some(StreamOptions {
                 include_usage: true,
-            },
+            }),
         }
     }
 }
@@ -202,7 +244,8 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<ToolJson<'a>>,
     stream: bool,
-    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
 }
 
 #[derive(Serialize)]
@@ -214,6 +257,10 @@ struct Msg<'a> {
     tool_calls: Vec<CallJson<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
+    /// The reasoning before an assistant message of the running turn (DeepSeek's
+    /// thinking mode refuses a tool call sent back without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -222,6 +269,9 @@ struct CallJson<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: FnJson<'a>,
+    /// As the server sent it with the call (Gemini's thought signature).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_content: Option<&'a Value>,
 }
 
 /// Whether a tool call's `arguments` are a JSON object.
@@ -280,6 +330,13 @@ fn refuses_max_tokens(r: &Rejection) -> bool {
             .contains("use 'max_completion_tokens'")
 }
 
+/// Whether a 400 or 422 refuses `stream_options` (Mistral: 422 `extra_forbidden` at
+/// `["body", "stream_options", …]`, "Extra inputs are not permitted"; older Azure: 400
+/// "Unrecognized request argument supplied: stream_options").
+fn refuses_stream_options(r: &Rejection) -> bool {
+    matches!(r.status, 400 | 422) && r.body.contains("stream_options")
+}
+
 #[async_trait]
 impl LlmProvider for OpenAi {
     async fn complete(
@@ -288,23 +345,25 @@ impl LlmProvider for OpenAi {
         on_delta: Option<DeltaSink>,
     ) -> Result<LlmResponse, LlmError> {
         let system = Self::system_text(req);
-        let tokens = self.token_field(&req.model);
-        let resp = http::send(self.post(&Self::body(req, &system, tokens)), self.limit).await?;
-        let resp = if resp.status().is_success() {
-            resp
-        } else {
-            let rejection = Rejection::read(resp, self.limit).await;
-            if tokens != TokenField::MaxTokens || !refuses_max_tokens(&rejection) {
-                return Err(rejection.into());
+        let mut quirks = self.quirks(&req.model);
+        // Each refusal that teaches something is learnt for the model and the request sent
+        // again at once (not a failure, no backoff); each quirk is learnt once, so this
+        // ends.
+        let resp = loop {
+            let resp = http::send(self.post(&Self::body(req, &system, quirks)), self.limit).await?;
+            if resp.status().is_success() {
+                break resp;
             }
-            // Asked once per model: other servers of the family want `max_tokens`.
-            tracing::info!(model = %req.model, "the model refuses max_tokens: sending max_completion_tokens from now on");
-            self.completion_tokens
+            let rejection = Rejection::read(resp, self.limit).await;
+            let Some((learnt, change)) = quirks.learn(&rejection) else {
+                return Err(rejection.into());
+            };
+            tracing::info!(model = %req.model, "the model's server refused the request: {change} from now on");
+            self.quirks
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(req.model.clone());
-            let body = Self::body(req, &system, TokenField::MaxCompletionTokens);
-            http::send_checked(self.post(&body), self.limit).await?
+                .insert(req.model.clone(), learnt);
+            quirks = learnt;
         };
         let on_delta = on_delta.unwrap_or_else(|| std::sync::Arc::new(|_: &str| {}));
         if is_json(&resp) {
@@ -322,6 +381,9 @@ impl LlmProvider for OpenAi {
         let mut done = false;
         'stream: while let Some(chunk) = http::next_chunk(&mut body, self.limit).await? {
             for ev in parser.push(&chunk) {
+                if let Some(error) = &ev.error {
+                    return Err(stream::error(error));
+                }
                 if ev.data == "[DONE]" {
                     done = true;
                     break 'stream;
@@ -330,6 +392,9 @@ impl LlmProvider for OpenAi {
             }
         }
         match parser.finish() {
+            Some(ev) if ev.error.is_some() => {
+                return Err(stream::error(ev.error.as_deref().unwrap_or_default()));
+            }
             Some(ev) if ev.data == "[DONE]" => done = true,
             Some(ev) => answer.apply(&ev.data, &on_delta)?,
             None => {}
@@ -341,7 +406,7 @@ impl LlmProvider for OpenAi {
                 "the answer's stream ended before it was complete".into(),
             ));
         }
-        Ok(answer.finish())
+        Ok(answer.finish(&on_delta))
     }
 }
 
@@ -359,6 +424,7 @@ mod tests {
             id: "c1".into(),
             name: "read_file".into(),
             arguments: r#"{"path":"a"}"#.into(),
+            extra_content: None,
         });
         let mut result = ChatMessage::new(Role::Tool, "contents");
         result.tool_call_id = Some("c1".into());
@@ -383,7 +449,7 @@ mod tests {
         };
         let system = OpenAi::system_text(&req);
         let streamed =
-            serde_json::to_value(OpenAi::body(&req, &system, TokenField::MaxTokens)).unwrap();
+            serde_json::to_value(OpenAi::body(&req, &system, Quirks::default())).unwrap();
         assert_eq!(
             streamed,
             json!({
@@ -405,13 +471,15 @@ mod tests {
                 "stream_options": {"include_usage": true}
             })
         );
-        let no_system =
-            serde_json::to_value(OpenAi::body(&req, "", TokenField::MaxTokens)).unwrap();
+        let no_system = serde_json::to_value(OpenAi::body(&req, "", Quirks::default())).unwrap();
         assert_eq!(no_system["messages"][0]["role"], "user");
-        let reasoning =
-            serde_json::to_value(OpenAi::body(&req, &system, TokenField::MaxCompletionTokens))
-                .unwrap();
+        let quirks = Quirks {
+            completion_tokens: true,
+            no_stream_options: true,
+        };
+        let reasoning = serde_json::to_value(OpenAi::body(&req, &system, quirks)).unwrap();
         assert_eq!(reasoning["max_completion_tokens"], 7);
         assert!(reasoning.get("max_tokens").is_none(), "{reasoning}");
+        assert!(reasoning.get("stream_options").is_none(), "{reasoning}");
     }
 }

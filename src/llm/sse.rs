@@ -1,4 +1,5 @@
-//! Server-sent events: split a byte stream into `(event, data)` pairs.
+//! Server-sent events: split a byte stream into `(event, data)` pairs, and the `error:`
+//! field llama.cpp's older servers send a failure in.
 //!
 //! Bytes are buffered until a full line arrives, so a UTF-8 character or a JSON document
 //! split across network chunks is reassembled before it is parsed.
@@ -8,6 +9,9 @@
 pub struct Event {
     pub event: String,
     pub data: String,
+    /// An `error:` field (not standard SSE: llama.cpp's older servers end a failed stream
+    /// with `error: {…}` then `data: [DONE]`).
+    pub error: Option<String>,
 }
 
 /// Incremental SSE parser.
@@ -28,7 +32,7 @@ impl Parser {
             let line = String::from_utf8_lossy(&line);
             let line = line.trim_end_matches(['\n', '\r']);
             if line.is_empty() {
-                if self.has_data || !self.current.event.is_empty() {
+                if self.has_data || !self.current.event.is_empty() || self.current.error.is_some() {
                     out.push(std::mem::take(&mut self.current));
                     self.has_data = false;
                 }
@@ -43,6 +47,7 @@ impl Parser {
             };
             match field {
                 "event" => self.current.event = value.to_string(),
+                "error" => self.current.error = Some(value.to_string()),
                 "data" => {
                     if self.has_data {
                         self.current.data.push('\n');
@@ -66,7 +71,7 @@ impl Parser {
                 return Some(e);
             }
         }
-        if self.has_data {
+        if self.has_data || self.current.error.is_some() {
             self.has_data = false;
             return Some(std::mem::take(&mut self.current));
         }
@@ -91,14 +96,29 @@ mod tests {
             vec![
                 Event {
                     event: "message_start".into(),
-                    data: "{\"a\":\"h\u{e9}\"}".into()
+                    data: "{\"a\":\"h\u{e9}\"}".into(),
+                    error: None,
                 },
                 Event {
                     event: String::new(),
-                    data: "[DONE]".into()
+                    data: "[DONE]".into(),
+                    error: None,
                 },
             ]
         );
         assert_eq!(p.finish(), None);
+    }
+
+    #[test]
+    fn an_error_field_is_an_event_of_its_own() {
+        let mut p = Parser::default();
+        let events = p.push(b"error: {\"code\":400}\n\ndata: [DONE]\n\n");
+        assert_eq!(events[0].error.as_deref(), Some("{\"code\":400}"));
+        assert_eq!(events[0].data, "");
+        assert_eq!(events[1].data, "[DONE]");
+        assert_eq!(events[1].error, None);
+        let mut p = Parser::default();
+        assert!(p.push(b"error: cut").is_empty());
+        assert_eq!(p.finish().and_then(|e| e.error).as_deref(), Some("cut"));
     }
 }

@@ -22,8 +22,11 @@
 //! ([`Reply::with_stream_error_after`], [`Reply::with_disconnect_after`]), a whole JSON
 //! answer to a streamed request ([`Reply::ignoring_stream`]), a required API
 //! key ([`FakeLlm::require_api_key`]), models that refuse `max_tokens`
-//! ([`FakeLlm::refuse_max_tokens`]), Ollama's way of streaming parallel tool calls
-//! ([`Reply::with_ollama_tool_calls`]). Scripts are consumed only by requests the real API
+//! ([`FakeLlm::refuse_max_tokens`]), Mistral's refusals of `stream_options`
+//! ([`FakeLlm::refuse_stream_options`]) and of a user message after a tool result
+//! ([`FakeLlm::strict_role_order`]), Ollama's way of streaming parallel tool calls
+//! ([`Reply::with_ollama_tool_calls`]), any server's own stream dialect verbatim
+//! ([`Reply::sse_lines`]). Scripts are consumed only by requests the real API
 //! would accept (a request without `model`, or Anthropic without `max_tokens`, gets a 400
 //! and leaves the queues alone).
 //!
@@ -104,6 +107,10 @@ struct State {
     api_key: Option<Arc<str>>,
     /// Models that refuse `max_tokens` ([`FakeLlm::refuse_max_tokens`]).
     no_max_tokens: Vec<String>,
+    /// Models that refuse `stream_options` ([`FakeLlm::refuse_stream_options`]).
+    no_stream_options: Vec<String>,
+    /// [`FakeLlm::strict_role_order`].
+    strict_role_order: bool,
 }
 
 /// State shared by the handle(s) and the server task.
@@ -172,6 +179,8 @@ impl FakeLlm {
                 chunk_chars: 8,
                 api_key: None,
                 no_max_tokens: Vec::new(),
+                no_stream_options: Vec::new(),
+                strict_role_order: false,
             }),
             count: watch::Sender::new(0),
             recording: AtomicBool::new(true),
@@ -262,6 +271,18 @@ impl FakeLlm {
     /// o-series and gpt-5 models answer.
     pub fn refuse_max_tokens(&self, model: &str) {
         self.shared.lock().no_max_tokens.push(model.to_owned());
+    }
+
+    /// OpenAI requests for `model` that carry `stream_options` get Mistral's 422
+    /// `extra_forbidden` ("Extra inputs are not permitted").
+    pub fn refuse_stream_options(&self, model: &str) {
+        self.shared.lock().no_stream_options.push(model.to_owned());
+    }
+
+    /// OpenAI requests with a `user` message right after a `tool` message get Mistral's
+    /// 400 "Unexpected role 'user' after role 'tool'".
+    pub fn strict_role_order(&self) {
+        self.shared.lock().strict_role_order = true;
     }
 
     /// Model ids listed by `GET /v1/models`.

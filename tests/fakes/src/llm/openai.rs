@@ -23,14 +23,27 @@ pub(super) fn stream_error_event() -> String {
     format!("data: {error}\n\n")
 }
 
-/// Rejects what the real API rejects before generating anything.
-/// `refuses_max_tokens`: the model is one of those ([`super::FakeLlm::refuse_max_tokens`])
-/// that take their limit in `max_completion_tokens` only, as OpenAI's o-series and gpt-5.
+/// What the server asked refuses beyond what OpenAI itself refuses.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Rules {
+    /// The model is one of those ([`super::FakeLlm::refuse_max_tokens`]) that take their
+    /// limit in `max_completion_tokens` only, as OpenAI's o-series and gpt-5.
+    pub refuses_max_tokens: bool,
+    /// The model is served by a server that forbids `stream_options`, as Mistral's API
+    /// ([`super::FakeLlm::refuse_stream_options`]).
+    pub refuses_stream_options: bool,
+    /// A `user` message may not follow a `tool` message, as Mistral's API and strict chat
+    /// templates ([`super::FakeLlm::strict_role_order`]).
+    pub strict_role_order: bool,
+}
+
+/// Rejects what the real API (and the server [`Rules`] describe) rejects before
+/// generating anything.
 pub(super) fn validate(
     headers: &HeaderMap,
     body: &Value,
     api_key: Option<&str>,
-    refuses_max_tokens: bool,
+    rules: Rules,
 ) -> Option<Rendered> {
     if let Some(key) = api_key {
         let sent = headers.get("authorization").and_then(|v| v.to_str().ok());
@@ -59,7 +72,20 @@ pub(super) fn validate(
     if !body.get("messages").is_some_and(Value::is_array) {
         return invalid("Missing required parameter: 'messages'.", Some("messages"));
     }
-    if refuses_max_tokens && body.get("max_tokens").is_some() {
+    if rules.refuses_stream_options && body.get("stream_options").is_some() {
+        // Mistral's answer, word for word.
+        let body = json!({"object": "error", "message": {"detail": [{
+            "type": "extra_forbidden", "loc": ["body", "stream_options", "include_usage"],
+            "msg": "Extra inputs are not permitted", "input": true}]},
+            "type": "invalid_request_error", "param": null, "code": null});
+        return Some(Rendered::json(422, body));
+    }
+    if rules.strict_role_order && tool_then_user(body) {
+        let body = json!({"object": "error", "message": "Unexpected role 'user' after role 'tool'",
+            "type": "invalid_request_message_order", "param": null, "code": "3230"});
+        return Some(Rendered::json(400, body));
+    }
+    if rules.refuses_max_tokens && body.get("max_tokens").is_some() {
         let message = "Unsupported parameter: 'max_tokens' is not supported with this model. \
                        Use 'max_completion_tokens' instead.";
         let body = error_body(
@@ -71,6 +97,17 @@ pub(super) fn validate(
         return Some(Rendered::json(400, body));
     }
     None
+}
+
+/// Whether a `user` message directly follows a `tool` message.
+fn tool_then_user(body: &Value) -> bool {
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| m["role"].as_str().unwrap_or_default())
+        .collect();
+    roles.windows(2).any(|w| w == ["tool", "user"])
 }
 
 /// Renders `reply` as OpenAI would answer `ctx`'s request.

@@ -35,6 +35,8 @@ pub struct Reply {
     pub(crate) ollama_calls: bool,
     /// A streamed request gets the whole JSON answer (see [`Reply::ignoring_stream`]).
     pub(crate) ignore_stream: bool,
+    /// The answer is these SSE lines verbatim (see [`Reply::sse_lines`]).
+    pub(crate) raw_events: Option<Vec<String>>,
 }
 
 /// How a streamed answer breaks.
@@ -134,6 +136,7 @@ impl Reply {
             sse_comments: false,
             ollama_calls: false,
             ignore_stream: false,
+            raw_events: None,
         }
     }
 
@@ -169,6 +172,17 @@ impl Reply {
     /// The default responder's answer: `echo: <text>`.
     pub fn echo(text: &str) -> Self {
         Self::text(format!("echo: {text}"))
+    }
+
+    /// A `200 text/event-stream` answer made of `events` as written, each sent as it is
+    /// (end each with a blank line): a server's own dialect (an SSE `error:` field, a
+    /// `<think>` block in the content, tool-call fragments as LM Studio or Gemini send
+    /// them). Stream settings ([`FakeLlm::set_stream_chunk_chars`](super::FakeLlm::set_stream_chunk_chars),
+    /// `include_usage`) do not apply; [`Reply::with_chunk_delay`] does.
+    pub fn sse_lines<S: Into<String>>(events: impl IntoIterator<Item = S>) -> Self {
+        let mut reply = Self::empty();
+        reply.raw_events = Some(events.into_iter().map(Into::into).collect());
+        reply
     }
 
     /// An HTTP error with a verbatim JSON body.

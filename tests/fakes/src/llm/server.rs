@@ -132,15 +132,17 @@ async fn complete(
         .and_then(Value::as_bool)
         == Some(true);
 
-    let (api_key, refuses_max_tokens) = {
+    let (api_key, rules) = {
         let state = shared.lock();
-        let refuses = state.no_max_tokens.contains(&model);
-        (state.api_key.clone(), refuses)
+        let rules = openai::Rules {
+            refuses_max_tokens: state.no_max_tokens.contains(&model),
+            refuses_stream_options: state.no_stream_options.contains(&model),
+            strict_role_order: state.strict_role_order,
+        };
+        (state.api_key.clone(), rules)
     };
     let invalid = match provider {
-        Provider::OpenAi => {
-            openai::validate(&headers, &body, api_key.as_deref(), refuses_max_tokens)
-        }
+        Provider::OpenAi => openai::validate(&headers, &body, api_key.as_deref(), rules),
         Provider::Anthropic => anthropic::validate(&headers, &body, api_key.as_deref()),
     };
     // Scripts are consumed only by requests the real API would have accepted.
@@ -166,9 +168,14 @@ async fn complete(
         chunk_chars,
         created: unix_now(),
     };
-    let mut rendered = match provider {
-        Provider::OpenAi => openai::render(&reply, &ctx),
-        Provider::Anthropic => anthropic::render(&reply, &ctx),
+    let mut rendered = match (&reply.raw_events, provider) {
+        (Some(events), _) => Rendered {
+            status: 200,
+            retry_after: None,
+            body: Rendering::Events(events.clone()),
+        },
+        (None, Provider::OpenAi) => openai::render(&reply, &ctx),
+        (None, Provider::Anthropic) => anthropic::render(&reply, &ctx),
     };
     let mut disconnect = false;
     if let (Some((keep, fault)), Rendering::Events(events)) =
