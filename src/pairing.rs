@@ -27,6 +27,9 @@ pub struct Request {
     pub username: Option<String>,
     pub display_name: String,
     pub expires_at: DateTime<Utc>,
+    /// The chat the code was sent in (`telegram:5005`), told when the code is approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<String>,
 }
 
 /// An approved sender.
@@ -37,6 +40,9 @@ pub struct Approved {
     pub username: Option<String>,
     pub display_name: String,
     pub approved_at: DateTime<Utc>,
+    /// The chat their code was sent in, to tell them they are in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<String>,
 }
 
 /// Why a pairing command failed.
@@ -74,6 +80,16 @@ pub async fn code_for(
     store: &dyn Store,
     channel: &str,
     sender: &Sender,
+) -> Result<Option<(String, bool)>, StoreError> {
+    code_for_chat(store, channel, sender, None).await
+}
+
+/// [`code_for`], sent in `chat` (kept, to tell them there once approved).
+pub async fn code_for_chat(
+    store: &dyn Store,
+    channel: &str,
+    sender: &Sender,
+    chat: Option<&str>,
 ) -> Result<Option<(String, bool)>, StoreError> {
     // One at a time: two messages of a stranger at once (Discord and Slack deliver them
     // concurrently) would otherwise each find no code and each be sent one, and many
@@ -113,6 +129,7 @@ pub async fn code_for(
         username: sender.username.clone(),
         display_name: sender.display_name.clone(),
         expires_at: now + CODE_TTL,
+        chat: chat.map(str::to_string),
     };
     b.put(
         Tree::Pairing,
@@ -152,6 +169,7 @@ pub async fn approve(
         username: req.username,
         display_name: req.display_name,
         approved_at: Utc::now(),
+        chat: req.chat,
     };
     let mut b = Batch::default();
     b.delete(Tree::Pairing, k("code", channel, &code));

@@ -150,13 +150,19 @@ async fn unknown_dm_gets_a_pairing_code_and_is_answered_once_approved() {
     let (ok, _, _) = cli(&t.env, &["pairing", "approve", "telegram", &code]);
     assert!(!ok);
 
-    t.tg.push_update(t.tg.dm_text(&bob, "now do you know me?"));
+    // Told in their chat that they are in.
     let sent = t.wait_sent(2).await;
     assert_eq!(sent[1].chat_id, 5005);
+    assert!(sent[1].text.starts_with("✅ You're in"), "{}", sent[1].text);
+    assert!(out.contains("told in their chat"), "{out}");
+
+    t.tg.push_update(t.tg.dm_text(&bob, "now do you know me?"));
+    let sent = t.wait_sent(3).await;
+    assert_eq!(sent[2].chat_id, 5005);
     assert!(
-        sent[1].text.contains("now do you know me?"),
+        sent[2].text.contains("now do you know me?"),
         "{}",
-        sent[1].text
+        sent[2].text
     );
     let reqs = t.llm.requests();
     assert_eq!(reqs.len(), 1);

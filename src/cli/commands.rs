@@ -141,6 +141,15 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
                 }
             };
             out!("approved {} on {channel}", sender(&who));
+            match &target {
+                Target::Remote { .. } if who["chat"].is_string() => {
+                    out!("(told in their chat that they are in)");
+                }
+                Target::Local(_) => {
+                    out!("(not told: no gateway is running; they are answered when they write)");
+                }
+                _ => {}
+            }
         }
         PairingAction::Revoke { channel, user } => {
             let who = match &target {

@@ -231,9 +231,30 @@ async fn pairing_approve(
     axum::Json(a): axum::Json<Approve>,
 ) -> Response {
     match pairing::approve(s.shared.store.as_ref(), &a.channel, &a.code).await {
-        Ok(ok) => axum::Json(json!(ok)).into_response(),
+        Ok(ok) => {
+            tell_approved(&s, &ok).await;
+            axum::Json(json!(ok)).into_response()
+        }
         Err(e @ pairing::PairingError::UnknownCode { .. }) => fail(StatusCode::NOT_FOUND, e),
         Err(e) => fail(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// Tell someone just approved, in the chat their code was sent in, that they are in:
+/// what they wrote before was not kept.
+async fn tell_approved(s: &AdminState, ok: &pairing::Approved) {
+    let Some(key) = ok.chat.as_deref().and_then(|k| k.parse().ok()) else {
+        return;
+    };
+    let text = "✅ You're in: the owner approved you, so you can talk with me now. \
+                What you wrote before was not kept; please send it again.";
+    let told = s
+        .shared
+        .bus
+        .send_direct_in_background(vec![switchboard_channel::OutboundMessage::new(key, text)])
+        .await;
+    if let Err(e) = told {
+        tracing::warn!(channel = %ok.channel, "could not tell an approved sender: {e}");
     }
 }
 
