@@ -21,24 +21,35 @@ pub enum Decision {
 
 /// Whether `allow_from` names the sender (by id, or username with or without `@`), or `"*"`.
 pub fn listed(access: &Access, sender: &Sender) -> bool {
+    access
+        .allow_from
+        .iter()
+        .any(|e| e.trim() == "*" || names(e, sender))
+}
+
+/// Whether the sender is an owner: named in `allow_from` themselves, not let in by `"*"`
+/// (`["1001", "*"]`: 1001 is the owner, everyone else a member).
+pub fn is_owner(access: &Access, sender: &Sender) -> bool {
+    access.allow_from.iter().any(|e| names(e, sender))
+}
+
+/// Whether the rules name an owner: someone listed in `allow_from` other than by `"*"`.
+pub fn names_an_owner(access: &Access) -> bool {
+    access.allow_from.iter().any(|a| a.trim() != "*")
+}
+
+/// Whether the `allow_from` entry `entry` names `sender` (not `"*"`).
+fn names(entry: &str, sender: &Sender) -> bool {
+    let e = entry.trim();
     let username = sender
         .username
         .as_deref()
         .map(|u| u.trim_start_matches('@'));
-    access.allow_from.iter().any(|entry| {
-        let e = entry.trim();
-        let by_name = |u: &str| match e.strip_prefix('@') {
-            Some(name) => u.eq_ignore_ascii_case(name),
-            None => !id_like(e) && u.eq_ignore_ascii_case(e),
-        };
-        e == "*" || e == sender.id || username.is_some_and(by_name)
-    })
-}
-
-/// Whether the rules name an owner: someone listed in `allow_from`, which `*` (everyone)
-/// turns off.
-pub fn names_an_owner(access: &Access) -> bool {
-    !access.allow_from.is_empty() && !access.allow_from.iter().any(|a| a.trim() == "*")
+    let by_name = |u: &str| match e.strip_prefix('@') {
+        Some(name) => u.eq_ignore_ascii_case(name),
+        None => !id_like(e) && u.eq_ignore_ascii_case(e),
+    };
+    e != "*" && (e == sender.id || username.is_some_and(by_name))
 }
 
 /// An entry written like a user id matches only the id: anyone may pick a username of
@@ -139,7 +150,7 @@ impl Setter {
             display_name: String::new(),
             is_owner: false,
         };
-        names_an_owner(&access) && listed(&access, &sender)
+        is_owner(&access, &sender)
     }
 
     /// Whether the rules in force would still let them in, as if they wrote now (addressing
@@ -214,6 +225,17 @@ mod tests {
             allow_from: allow.iter().map(|s| s.to_string()).collect(),
             group_policy: group,
         }
+    }
+
+    #[test]
+    fn owners_are_those_named_not_those_let_in_by_a_star() {
+        let both = access(DmPolicy::Open, &["1001", "*"], GroupPolicy::Mention);
+        let owner = msg("1001", None, false, false).sender;
+        let other = msg("2002", Some("bob"), false, false).sender;
+        assert!(names_an_owner(&both) && is_owner(&both, &owner));
+        assert!(listed(&both, &other) && !is_owner(&both, &other));
+        let star = access(DmPolicy::Open, &["*"], GroupPolicy::Mention);
+        assert!(!names_an_owner(&star) && !is_owner(&star, &owner));
     }
 
     #[test]

@@ -30,9 +30,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// The access rules of a platform channel; `None` for the others (API, terminal).
-    /// Whether any chat channel names owners (`allow_from` without `"*"`): then the others
-    /// it lets in are members ([`crate::agent::member`]).
+    /// Whether any chat channel names owners (in `allow_from`, besides `"*"`): then the
+    /// others it lets in are members ([`crate::agent::member`]).
     pub fn names_owners(&self) -> bool {
         ["telegram", "discord", "slack"].iter().any(|c| {
             self.access_for(c)
@@ -40,6 +39,7 @@ impl Config {
         })
     }
 
+    /// The access rules of a platform channel; `None` for the others (API, terminal).
     pub fn access_for(&self, channel: &str) -> Option<Access> {
         let c = &self.channels;
         match channel {

@@ -281,3 +281,46 @@ async fn an_error_inside_a_stream_keeps_the_status_its_code_gives() {
         assert_eq!(llm.request_count(), 2);
     }
 }
+
+/// A history holding what Gemini attached to a tool call (`extra_content`), sent after a
+/// change to a model whose server forbids fields it does not know: learnt like
+/// `stream_options`, and asked again at once without it.
+#[tokio::test]
+async fn a_server_that_forbids_extra_content_is_asked_again_without_it() {
+    use switchboard::llm::{ChatMessage, Role, ToolCall};
+    let llm = FakeLlm::start().await;
+    let (p, sleeps) = resilient(&llm);
+    let mut req = request("mistral-large-latest");
+    let mut call = ChatMessage::new(Role::Assistant, "");
+    call.tool_calls.push(ToolCall {
+        id: "c1".into(),
+        name: "read_file".into(),
+        arguments: r#"{"path":"notes.md"}"#.into(),
+        extra_content: Some(json!({"google": {"thought_signature": "sig"}})),
+    });
+    let mut result = ChatMessage::new(Role::Tool, "hello");
+    result.tool_call_id = Some("c1".into());
+    req.messages
+        .extend([call, result, ChatMessage::new(Role::User, "and?")]);
+    llm.push(Reply::error(
+        422,
+        json!({"detail": [{"type": "extra_forbidden",
+            "loc": ["body", "messages", 1, "tool_calls", 0, "extra_content"],
+            "msg": "Extra inputs are not permitted"}]}),
+    ));
+    llm.push(Reply::text("done"));
+    assert_eq!(p.complete(&req, None).await.unwrap().text, "done");
+    let sent: Vec<Value> = llm.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(sent.len(), 2);
+    let first_call = |b: &Value| b["messages"][2]["tool_calls"][0].clone();
+    assert_eq!(
+        first_call(&sent[0])["extra_content"]["google"]["thought_signature"],
+        "sig"
+    );
+    assert!(
+        first_call(&sent[1]).get("extra_content").is_none(),
+        "{}",
+        sent[1]
+    );
+    assert!(sleeps.lock().unwrap().is_empty(), "not a failure: no wait");
+}

@@ -253,3 +253,52 @@ async fn the_jobs_of_someone_revoked_leave_their_places_free() {
     assert_eq!(rig.scheduler.list(Some(&key())).len(), 21);
     rig.stop().await;
 }
+
+/// A member who runs the owner's job (the `cron` tool's `run`) is among those its turn acts
+/// for: the run does not lend them the owner's powers.
+#[tokio::test(start_paused = true)]
+async fn a_run_asked_for_by_a_member_acts_for_them_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rig, tool) = tool_rig(dir.path()).await;
+    let job = rig
+        .add(NewJob::new(
+            key(),
+            "take the bins out",
+            ScheduleSpec::Every("1d".into()),
+            "cli",
+        ))
+        .await;
+    let sam = switchboard::access::Setter {
+        channel: "telegram".into(),
+        id: "77".into(),
+        username: Some("sam".into()),
+        group: true,
+    };
+    let member = ToolContext {
+        set_by: vec![sam.clone()],
+        ..ctx(key(), false)
+    };
+    tool.call(json!({"action": "run", "id": job.id}), &member)
+        .await
+        .unwrap();
+    assert!(rig.handler.wait_for(1, Duration::from_secs(60)).await);
+    let (msg, _) = rig.handler.received().remove(0);
+    assert_eq!(
+        switchboard::access::setters(std::slice::from_ref(&msg)),
+        [sam]
+    );
+    let mut config = switchboard::config::Config::default();
+    config.channels.telegram.allow_from = vec!["1".into()];
+    let who = switchboard::agent::member::of_turn(&config, &[msg], &[]);
+    assert_eq!(who.map(|m| m.name), Some("@sam (telegram 77)".to_string()));
+    // Stored, the job is still the owner's alone.
+    assert!(
+        rig.scheduler
+            .get(&job.id)
+            .unwrap()
+            .unwrap()
+            .set_by
+            .is_empty()
+    );
+    rig.stop().await;
+}

@@ -39,7 +39,8 @@ pub fn of_turn(
             ),
         }
     }
-    names.dedup();
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
     (!names.is_empty()).then(|| Member {
         name: names.join(", "),
         files: chat_files(msgs, history),
@@ -64,7 +65,7 @@ fn chat_files(msgs: &[InboundMessage], history: &[ChatMessage]) -> Vec<PathBuf> 
         .collect();
     for m in history.iter().filter(|m| m.role == Role::User) {
         files.extend(m.content.lines().filter_map(|l| {
-            let (_kind, path) = l.strip_prefix("[attachment: ")?.split_once(' ')?;
+            let (_kind, path) = l.strip_prefix(super::turn::ATTACHMENT)?.split_once(' ')?;
             Some(PathBuf::from(path.strip_suffix(']')?))
         }));
     }

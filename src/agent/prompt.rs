@@ -109,7 +109,13 @@ fn talking_with(last: &InboundMessage) -> String {
     let setters = crate::access::setters(std::slice::from_ref(last));
     if !setters.is_empty() {
         let names: Vec<String> = setters.iter().map(Setter::to_string).collect();
-        let _ = write!(s, " The reminder was set by {}.", names.join(", "));
+        let what = match last.origin {
+            Origin::System(switchboard_channel::SystemOrigin::Subagent { .. }) => {
+                "The background task was started for"
+            }
+            _ => "The reminder was set by",
+        };
+        let _ = write!(s, " {what} {}.", names.join(", "));
     }
     s
 }

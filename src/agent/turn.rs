@@ -56,20 +56,25 @@ fn empty_answer_fallback(last: &InboundMessage, produced: &[ChatMessage]) -> Opt
     }
 }
 
+/// How the user turn names a file sent with a message: `[attachment: Image /…/inbox/x]`.
+pub(super) const ATTACHMENT: &str = "[attachment: ";
+
 impl Agent {
     /// The user turn as the model sees it.
     pub(super) fn user_content(messages: &[InboundMessage]) -> String {
         let mut parts = Vec::with_capacity(messages.len());
         for m in messages {
             // A bare mention of the bot ("@bot" alone in a group) is still a question.
+            // Only the gateway writes `[attachment: …]` lines (they say which files were
+            // sent in the chat, see `member::chat_files`): one typed is not taken for one.
             let said = if m.text.trim().is_empty() && m.attachments.is_empty() {
-                "(mentioned you, with no message)"
+                "(mentioned you, with no message)".to_string()
             } else {
-                m.text.as_str()
+                m.text.replace(ATTACHMENT, "[attachment : ")
             };
             let mut text = match &m.origin {
                 Origin::User if m.is_group => format!("[{}] {said}", m.sender.display_name),
-                Origin::User => said.to_string(),
+                Origin::User => said,
                 Origin::System(SystemOrigin::Cron { job_id }) => {
                     format!("[scheduled job {job_id}] {}", m.text)
                 }
@@ -89,7 +94,7 @@ impl Agent {
                 text = format!("(replying to: \"{quoted}\")\n{text}");
             }
             for a in &m.attachments {
-                text.push_str(&format!("\n[attachment: {:?} {}]", a.kind, a.location));
+                text.push_str(&format!("\n{ATTACHMENT}{:?} {}]", a.kind, a.location));
             }
             parts.push(text);
         }

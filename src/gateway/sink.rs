@@ -49,8 +49,7 @@ impl GatewaySink {
             if let Some(access) = self.config.access_for(&msg.key.channel) {
                 let store = self.bus.store().as_ref();
                 let decision = self.decide(&access, &msg).map_err(|e| err(&e))?;
-                msg.sender.is_owner =
-                    access::listed(&access, &msg.sender) && access::names_an_owner(&access);
+                msg.sender.is_owner = access::is_owner(&access, &msg.sender);
                 if decision != Decision::Allow {
                     self.metrics
                         .ignored

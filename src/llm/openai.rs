@@ -45,6 +45,9 @@ struct Quirks {
     /// No `stream_options`: the server forbids fields it does not know (Mistral's 422
     /// `extra_forbidden`); the usage then comes only if the server sends it unasked.
     no_stream_options: bool,
+    /// No `extra_content` on tool calls: what Gemini gave a call (kept in the history) is
+    /// refused by a server that forbids fields it does not know, after a model change.
+    no_extra_content: bool,
 }
 
 impl Quirks {
@@ -67,6 +70,16 @@ impl Quirks {
                 ..self
             };
             return Some((learnt, "sending no stream_options"));
+        }
+        if !self.no_extra_content
+            && matches!(r.status, 400 | 422)
+            && r.body.contains("extra_content")
+        {
+            let learnt = Quirks {
+                no_extra_content: true,
+                ..self
+            };
+            return Some((learnt, "sending no extra_content on tool calls"));
         }
         None
     }
@@ -185,7 +198,10 @@ impl OpenAi {
                     .map(|c| CallJson {
                         id: &c.id,
                         kind: "function",
-                        extra_content: c.extra_content.as_ref(),
+                        extra_content: c
+                            .extra_content
+                            .as_ref()
+                            .filter(|_| !quirks.no_extra_content),
                         function: FnJson {
                             name: &c.name,
                             // As the model sent them, unless they are not a JSON object (cut
@@ -476,6 +492,7 @@ mod tests {
         let quirks = Quirks {
             completion_tokens: true,
             no_stream_options: true,
+            no_extra_content: true,
         };
         let reasoning = serde_json::to_value(OpenAi::body(&req, &system, quirks)).unwrap();
         assert_eq!(reasoning["max_completion_tokens"], 7);

@@ -388,25 +388,37 @@ impl Scheduler {
     /// Fire a job now, outside its schedule (which stays as it is). Without a gateway
     /// (the CLI on the store), the run is queued for the next gateway's start.
     pub async fn run_now(&self, id: &str) -> Result<(), ScheduleError> {
-        self.run_from(id, &Chain::default(), None).await
+        self.run_from(id, &Chain::default(), None, &[]).await
     }
 
     /// [`Self::run_now`] asked for by a turn that `chain` led to (the `cron` tool), which
     /// the run's turn carries on; within `limits` (not the owner), refused while the job ran
-    /// (by its schedule or so) less than [`Limits::min_interval`] ago.
+    /// (by its schedule or so) less than [`Limits::min_interval`] ago. The run acts for
+    /// `asked_by` too (a member asking for the owner's job does not get the owner's powers
+    /// for its turn).
     pub async fn run_from(
         &self,
         id: &str,
         chain: &Chain,
         limits: Option<Limits>,
+        asked_by: &[crate::access::Setter],
     ) -> Result<(), ScheduleError> {
         let _one = match limits {
             Some(_) => Some(self.limited_runs.lock().await),
             None => None,
         };
-        let job = self
+        let mut job = self
             .get(id)?
             .ok_or_else(|| ScheduleError::NotFound(id.to_string()))?;
+        for s in asked_by {
+            if !job
+                .set_by
+                .iter()
+                .any(|t| t.channel == s.channel && t.id == s.id)
+            {
+                job.set_by.push(s.clone());
+            }
+        }
         if let Some(limits) = limits {
             let last = job
                 .runs

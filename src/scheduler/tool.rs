@@ -229,7 +229,7 @@ impl Tool for CronTool {
                     return Err(ToolError::Refused(why));
                 }
                 self.scheduler
-                    .run_from(&job.id, &ctx.chain, limits(ctx))
+                    .run_from(&job.id, &ctx.chain, limits(ctx), &ctx.set_by)
                     .await
                     .map_err(failed)?;
                 Ok(json!({"ran": job.id}).to_string())

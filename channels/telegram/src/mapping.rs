@@ -112,7 +112,8 @@ pub(crate) fn map_update(update: &Update, me: &BotIdentity) -> Option<Mapped> {
         .parse_entities()
         .or_else(|| m.parse_caption_entities())
         .unwrap_or_default();
-    let command = leading_command(&entities);
+    // A forwarded message is someone else's words, never a command.
+    let command = leading_command(&entities).filter(|_| m.forward_origin().is_none());
     let in_group = !m.chat.is_private();
     if raw_text.trim().is_empty() && files.is_empty() && shared.is_none()
         || in_group && command.is_some_and(|c| c.bot.is_some_and(|b| !is_bot_name(b, me)))

@@ -7,16 +7,17 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::agent::tool::{ToolContext, ToolError};
 
-/// The assistant's own files at the workspace's top: read into every chat's prompt, or the
-/// heartbeat's tasks.
-pub const OWN_FILES: [&str; 6] = [
-    "AGENTS.md",
-    "SOUL.md",
-    "USER.md",
-    "TOOLS.md",
-    "MEMORY.md",
-    "HEARTBEAT.md",
-];
+/// Whether `name` (at the workspace's top) is one of the assistant's own files: read into
+/// every chat's prompt, or the heartbeat's tasks.
+fn own_file(name: &str) -> bool {
+    use crate::agent::prompt::BOOTSTRAP_FILES;
+    use crate::agent::tools::memory::MEMORY_FILE;
+    use crate::scheduler::heartbeat::HEARTBEAT_FILE;
+    BOOTSTRAP_FILES
+        .iter()
+        .chain([&MEMORY_FILE, &HEARTBEAT_FILE])
+        .any(|f| f.eq_ignore_ascii_case(name))
+}
 
 /// What a file tool does with a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,14 +28,16 @@ pub enum Use {
 }
 
 /// Refuse `real` (resolved from `path`) for `used` when the turn is a member's and the
-/// path is out of a member's reach. Paths outside the workspace (where the owner let file
-/// tools go) are not this module's concern.
+/// path is out of a member's reach. A member's file tools stay in the workspace even where
+/// the owner let theirs out (`agent.restrict_to_workspace = false`).
 pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<(), ToolError> {
     let Some(member) = &ctx.member else {
         return Ok(());
     };
     let Some(rel) = in_workspace(ctx, real) else {
-        return Ok(());
+        return Err(ToolError::Refused(format!(
+            "{path} is outside the workspace, where only the owner's file tools may go"
+        )));
     };
     let parts: Vec<String> = rel
         .components()
@@ -44,7 +47,7 @@ pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<()
         })
         .collect();
     let first = parts.first().map(String::as_str).unwrap_or_default();
-    let own_file = parts.len() == 1 && OWN_FILES.iter().any(|f| f.eq_ignore_ascii_case(first));
+    let own_file = parts.len() == 1 && own_file(first);
     if used == Use::Write && (own_file || first.eq_ignore_ascii_case("skills")) {
         return Err(ToolError::Refused(format!(
             "{path} is one of the assistant's own files (its instructions, memory, heartbeat \
@@ -80,15 +83,26 @@ fn in_workspace(ctx: &ToolContext, real: &Path) -> Option<PathBuf> {
     real.strip_prefix(&root).ok().map(Path::to_path_buf)
 }
 
-/// `p` with links resolved as far as it exists (the rest as written).
+/// `p` with links resolved as far as it exists, the rest as written, and every `..`
+/// taken (`x/../HEARTBEAT.md` with no `x` yet is `HEARTBEAT.md`, as the write that makes `x`
+/// would find it).
 fn canonical(p: &Path) -> PathBuf {
-    if let Ok(c) = p.canonicalize() {
-        return c;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out = out.canonicalize().unwrap_or(out);
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
     }
-    match (p.parent(), p.file_name()) {
-        (Some(parent), Some(name)) => canonical(parent).join(name),
-        _ => p.to_path_buf(),
-    }
+    out.canonicalize()
+        .unwrap_or_else(|_| match (out.parent(), out.file_name()) {
+            (Some(parent), Some(name)) => canonical(parent).join(name),
+            _ => out.clone(),
+        })
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -145,6 +159,15 @@ mod tests {
             assert!(check(&member, p, Use::Write).is_err(), "{p}");
         }
         assert!(check(&member, "notes/soul.md", Use::Write).is_ok());
+        // Where the owner let file tools out of the workspace, a member's stay in, and a
+        // `..` through a folder not made yet still names the file it lands on.
+        let free = ToolContext {
+            restrict_to_workspace: false,
+            ..member.clone()
+        };
+        assert!(check(&free, "x/../HEARTBEAT.md", Use::Write).is_err());
+        assert!(check(&free, "x/../../outside.txt", Use::Read).is_err());
+        assert!(check(&free, "x/../notes.txt", Use::Write).is_ok());
         // The owner's turn: everything.
         let owner = ctx(ws, None);
         assert!(check(&owner, "inbox/theirs.pdf", Use::Read).is_ok());

@@ -3,9 +3,10 @@
 //! One left-to-right pass. Code spans, links and URLs are taken whole as soon as they are
 //! seen (so their content is never emphasis); `*`, `_` and `~~` runs go on a stack of open
 //! frames and are matched by the CommonMark flanking rules, made stricter in one place: a
-//! run between two ASCII letters or digits neither opens nor closes, so `snake_case_name`
-//! and `2*3*4` stay literal. Next to other letters it may (Chinese and Japanese have no
-//! spaces between words: `这是**重要**的`). Unmatched markers come back as literal text.
+//! run between two letters or digits neither opens nor closes, so `snake_case_name` and
+//! `2*3*4` stay literal; next to Chinese, Japanese or Korean letters a `*` or `~` run may
+//! (no spaces between words there: `这是**重要**的`). Unmatched markers come back as
+//! literal text.
 
 /// An inline node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +105,7 @@ fn parse_chars(chars: &[char], links: bool) -> Vec<Inline> {
                 let n = run_len(chars, i, c);
                 let before = i.checked_sub(1).map(|p| chars[p]);
                 let after = chars.get(i + n).copied();
-                let (open, close) = flanking(before, after);
+                let (open, close) = flanking(c, before, after);
                 b.delim(c, n, open, close);
                 i += n;
             }
@@ -155,20 +156,31 @@ fn is_punct(c: char) -> bool {
     c.is_ascii_punctuation() || (!c.is_alphanumeric() && !c.is_whitespace())
 }
 
-/// (can open, can close) for a delimiter run between `before` and `after`.
-fn flanking(before: Option<char>, after: Option<char>) -> (bool, bool) {
+/// (can open, can close) for a run of `marker` between `before` and `after`.
+fn flanking(marker: char, before: Option<char>, after: Option<char>) -> (bool, bool) {
     let ws = |c: Option<char>| c.is_none_or(char::is_whitespace);
     let punct = |c: Option<char>| c.is_some_and(is_punct);
     let left = !ws(after) && (!punct(after) || ws(before) || punct(before));
     let right = !ws(before) && (!punct(before) || ws(after) || punct(after));
-    // Stricter than CommonMark for `*`: never between ASCII letters or digits, so
-    // arithmetic stays literal; but inside text without spaces (CJK), as CommonMark does.
-    let wide = |c: Option<char>| c.is_some_and(|c| !c.is_ascii() && c.is_alphanumeric());
-    let inside_words = wide(before) || wide(after);
+    // Stricter than CommonMark for `*`: never between letters or digits, so arithmetic
+    // and `file_name_v2` stay literal; but next to Chinese, Japanese or Korean, written
+    // without spaces between words, `*` and `~` may (`_` never inside a word, as in
+    // CommonMark).
+    let inside_words = marker != '_' && (cjk(before) || cjk(after));
     (
         left && (!right || punct(before) || inside_words),
         right && (!left || punct(after) || inside_words),
     )
+}
+
+/// Whether `c` is a Chinese, Japanese or Korean letter (Han, kana, Hangul).
+fn cjk(c: Option<char>) -> bool {
+    c.is_some_and(|c| {
+        matches!(c as u32,
+            0x1100..=0x11FF | 0x3040..=0x30FF | 0x3130..=0x318F | 0x31F0..=0x31FF
+            | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF
+            | 0xFF66..=0xFF9F | 0x20000..=0x2FA1F)
+    })
 }
 
 /// `[text](url "title")` at `i` → (text, url, index after `)`).

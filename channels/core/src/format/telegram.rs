@@ -21,8 +21,10 @@ fn blocks(text: &str, in_quote: bool, out: &mut String) {
         match &b.kind {
             Kind::Blank => {}
             Kind::Fence { code, lang } => wrap(out, "pre", |o| {
-                // Telegram shows the language and highlights the code.
-                match language(lang) {
+                // Telegram shows the language and highlights the code (an empty block is
+                // left out whole: Telegram refuses empty entities).
+                let blank = code.iter().all(|l| l.trim().is_empty());
+                match language(lang).filter(|_| !blank) {
                     Some(lang) => {
                         o.push_str("<code class=\"language-");
                         o.push_str(lang);

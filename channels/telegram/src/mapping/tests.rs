@@ -247,3 +247,23 @@ fn a_forwarded_message_names_who_wrote_it_first() {
         "chat": {"id": -1009, "type": "channel", "title": "News"}});
     assert_eq!(forward(channel), json!("News"));
 }
+
+#[test]
+fn a_forwarded_command_is_neither_dropped_nor_taken_as_addressed() {
+    let forwarded = |text: &str| {
+        let len = text.split_whitespace().next().unwrap().len();
+        update(json!({"update_id": 32, "message": {
+            "message_id": 32, "date": 2, "chat": {"id": -5, "type": "group", "title": "G"},
+            "from": {"id": 7, "is_bot": false, "first_name": "Ann"},
+            "forward_origin": {"type": "hidden_user", "date": 1, "sender_user_name": "M."},
+            "text": text,
+            "entities": [{"type": "bot_command", "offset": 0, "length": len}]}}))
+    };
+    let other = map_update(&forwarded("/x@other_bot now"), &me()).expect("kept");
+    assert!(!other.msg.mentions_bot);
+    let status = map_update(&forwarded("/status"), &me()).expect("kept");
+    assert!(
+        !status.msg.mentions_bot,
+        "not addressed: a forward is no command"
+    );
+}

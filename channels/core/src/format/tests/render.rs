@@ -50,6 +50,9 @@ fn telegram_html() {
                 "中文*斜体*中文 ~~删除~~了",
                 "中文<i>斜体</i>中文 <s>删除</s>了",
             ),
+            // But never `_` inside a word, nor between other scripts' letters.
+            ("文件名_草稿_最终.docx", "文件名_草稿_最终.docx"),
+            ("файл_2024_отчёт.pdf x*у*z", "файл_2024_отчёт.pdf x*у*z"),
             ("**bold without end", "**bold without end"),
             ("**bold _nested** end_", "<b>bold _nested</b> end_"),
             ("_unclosed *mixed_ tail*", "<i>unclosed *mixed</i> tail*"),
@@ -83,6 +86,7 @@ fn telegram_html() {
             ("```\"><b>x\ny\n```", "<pre>y</pre>"),
             ("```\nunclosed <x>", "<pre>unclosed &lt;x&gt;</pre>"),
             ("```\n```", ""),
+            ("```rust\n```", ""),
             (
                 "| a | b |\n|---|---|\n| 1 & 2 | **x** |",
                 "<pre>a     | b\n------+--\n1 &amp; 2 | x</pre>",
