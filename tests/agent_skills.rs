@@ -356,7 +356,7 @@ async fn a_turn_joining_a_members_message_with_the_owners_has_no_owner_rights() 
 }
 
 #[tokio::test]
-async fn the_heartbeats_last_chat_is_the_owners_not_a_group_or_someone_elses() {
+async fn the_heartbeats_last_chat_is_the_owners_direct_chat_not_a_group_or_someone_elses() {
     use switchboard::store::Tree;
     let last_active = |h: &Harness| {
         let raw = h.store.get(Tree::Meta, b"last_active").unwrap();
@@ -378,13 +378,15 @@ async fn the_heartbeats_last_chat_is_the_owners_not_a_group_or_someone_elses() {
     turn(&agent, &h.store, from("7", false, false)).await;
     turn(&agent, &h.store, from("-100", false, true)).await;
     assert_eq!(last_active(&h).as_deref(), Some("telegram:42"));
+    // Nor a group the owner writes in: their tasks would run there with their powers,
+    // among what members wrote.
     turn(&agent, &h.store, from("-200", true, true)).await;
-    assert_eq!(last_active(&h).as_deref(), Some("telegram:-200"));
+    assert_eq!(last_active(&h).as_deref(), Some("telegram:42"));
     // A stranger's DM on a channel that lists nobody: still not the owner's chat.
     let mut elsewhere = from("5", false, false);
     elsewhere.key = "discord:5".parse().unwrap();
     turn(&agent, &h.store, elsewhere).await;
-    assert_eq!(last_active(&h).as_deref(), Some("telegram:-200"));
+    assert_eq!(last_active(&h).as_deref(), Some("telegram:42"));
     // No owner listed (everyone paired): the last direct chat, never a group.
     let h = Harness::new().await;
     h_llm_default(&h);

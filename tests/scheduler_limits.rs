@@ -300,5 +300,37 @@ async fn a_run_asked_for_by_a_member_acts_for_them_too() {
             .set_by
             .is_empty()
     );
+    // A member may not remove it, but may remove their own.
+    let member = ToolContext {
+        member: Some(switchboard::agent::tool::Member {
+            name: "sam".into(),
+            folder: None,
+            files: Vec::new(),
+        }),
+        ..member
+    };
+    let e = tool
+        .call(json!({"action": "remove", "id": job.id}), &member)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, ToolError::Refused(m) if m.contains("set by someone else")),
+        "{e:?}"
+    );
+    let added: Value = serde_json::from_str(
+        &tool
+            .call(
+                json!({"action": "add", "message": "mine", "every": "1h"}),
+                &member,
+            )
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let mine = added["added"]["id"].as_str().unwrap();
+    tool.call(json!({"action": "remove", "id": mine}), &member)
+        .await
+        .unwrap();
+    assert!(rig.scheduler.get(&job.id).unwrap().is_some());
     rig.stop().await;
 }

@@ -25,35 +25,65 @@ pub fn of_turn(
     if !config.names_owners() {
         return None;
     }
-    let mut names: Vec<String> = Vec::new();
+    // (name, folder) of each person the turn acts for who is not an owner.
+    let mut people: Vec<(String, String)> = Vec::new();
     for m in msgs {
         match &m.origin {
             Origin::User if m.sender.is_owner => {}
-            Origin::User => names.push(name_of(&m.sender)),
+            Origin::User => people.push((
+                name_of(&m.sender, &m.key.channel),
+                folder_of(&m.key.channel, &m.sender.id),
+            )),
             Origin::System(SystemOrigin::Heartbeat) => {}
-            Origin::System(_) => names.extend(
+            Origin::System(_) => people.extend(
                 crate::access::setters(std::slice::from_ref(m))
                     .iter()
                     .filter(|s| !s.is_owner(config))
-                    .map(ToString::to_string),
+                    .map(|s| (s.to_string(), folder_of(&s.channel, &s.id))),
             ),
         }
     }
     let mut seen = std::collections::HashSet::new();
-    names.retain(|n| seen.insert(n.clone()));
-    (!names.is_empty()).then(|| Member {
+    people.retain(|p| seen.insert(p.1.clone()));
+    let names: Vec<&str> = people.iter().map(|(n, _)| n.as_str()).collect();
+    (!people.is_empty()).then(|| Member {
         name: names.join(", "),
+        folder: match people.as_slice() {
+            [(_, folder)] => Some(folder.clone()),
+            _ => None,
+        },
         files: chat_files(msgs, history),
     })
 }
 
-/// `Sam (@sam)`, or the name alone.
-fn name_of(s: &Sender) -> String {
+/// `Sam (@sam, telegram 6006)`: the name they chose, and who they are on their channel.
+fn name_of(s: &Sender, channel: &str) -> String {
     match &s.username {
-        Some(u) => format!("{} (@{})", s.display_name, u.trim_start_matches('@')),
-        None => s.display_name.clone(),
+        Some(u) => format!(
+            "{} (@{}, {channel} {})",
+            s.display_name,
+            u.trim_start_matches('@'),
+            s.id
+        ),
+        None => format!("{} ({channel} {})", s.display_name, s.id),
     }
 }
+
+/// A member's own folder in the workspace: `members/telegram-6006`.
+fn folder_of(channel: &str, id: &str) -> String {
+    let safe: String = format!("{channel}-{id}")
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
+            _ => '_',
+        })
+        .take(100)
+        .collect();
+    format!("{MEMBERS_DIR}/{safe}")
+}
+
+/// Where members' own folders are, in the workspace.
+pub const MEMBERS_DIR: &str = "members";
 
 /// The files sent in this chat: attached to the turn's messages, or named in its stored
 /// history (`[attachment: Document /…/inbox/…]`, as the agent writes them in).
@@ -111,7 +141,10 @@ mod tests {
         config.channels.telegram.allow_from = vec!["1".into()];
         assert_eq!(of_turn(&config, &[msg("1", true)], &[]), None);
         let sam = of_turn(&config, &[msg("1", true), msg("2", false)], &[]).unwrap();
-        assert_eq!(sam.name, "N2 (@u2)");
+        assert_eq!(sam.name, "N2 (@u2, telegram 2)");
+        assert_eq!(sam.folder.as_deref(), Some("members/telegram-2"));
+        let two = of_turn(&config, &[msg("2", false), msg("3", false)], &[]).unwrap();
+        assert_eq!(two.folder, None, "several people: no one's folder");
         // A job's run acts for whoever set it; the heartbeat for the owner.
         assert_eq!(of_turn(&config, &[run_set_by("1")], &[]), None);
         let run = of_turn(&config, &[run_set_by("2")], &[]).unwrap();

@@ -34,8 +34,11 @@ pub struct ToolContext {
 /// Someone the owner lets talk, for whom a turn acts ([`crate::agent::member`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Member {
-    /// Who, as others are to read it: `Sam (@sam)`.
+    /// Who, as others are to read it: `Sam (@sam, telegram 6006)`.
     pub name: String,
+    /// Their own folder (`members/telegram-6006`), where their file tools may write; `None`
+    /// when the turn acts for several people.
+    pub folder: Option<String>,
     /// The files sent in this chat: the only ones of the inbox its file tools may open.
     pub files: Vec<PathBuf>,
 }

@@ -65,12 +65,10 @@ impl Agent {
         let mut parts = Vec::with_capacity(messages.len());
         for m in messages {
             // A bare mention of the bot ("@bot" alone in a group) is still a question.
-            // Only the gateway writes `[attachment: …]` lines (they say which files were
-            // sent in the chat, see `member::chat_files`): one typed is not taken for one.
             let said = if m.text.trim().is_empty() && m.attachments.is_empty() {
                 "(mentioned you, with no message)".to_string()
             } else {
-                m.text.replace(ATTACHMENT, "[attachment : ")
+                m.text.clone()
             };
             let mut text = match &m.origin {
                 Origin::User if m.is_group => format!("[{}] {said}", m.sender.display_name),
@@ -93,6 +91,10 @@ impl Agent {
             if let Some(quoted) = m.metadata.get("reply_to_text").and_then(|v| v.as_str()) {
                 text = format!("(replying to: \"{quoted}\")\n{text}");
             }
+            // Only the gateway writes `[attachment: …]` lines (they say which files were
+            // sent in the chat, see `member::chat_files`): one in a text, a name, a quoted
+            // message or a job's words is not taken for one.
+            text = text.replace(ATTACHMENT, "[attachment : ");
             for a in &m.attachments {
                 text.push_str(&format!("\n{ATTACHMENT}{:?} {}]", a.kind, a.location));
             }
@@ -397,7 +399,8 @@ impl Agent {
         let no_owner = || !self.config.names_owners();
         last.origin == Origin::User
             && !crate::channels::answers_only(&last.key)
-            && (last.sender.is_owner || (!last.is_group && no_owner()))
+            && !last.is_group
+            && (last.sender.is_owner || no_owner())
     }
 
     /// Saves the turn's progress as it goes (see [`resume`]).

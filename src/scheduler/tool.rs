@@ -218,6 +218,18 @@ impl Tool for CronTool {
             Some("list") => self.list(&args, ctx),
             Some("remove") => {
                 let job = self.visible_job(&args, ctx)?;
+                // A member removes what they set, not the owner's or another member's.
+                let theirs = job.set_by.iter().any(|s| {
+                    ctx.set_by
+                        .iter()
+                        .any(|t| t.channel == s.channel && t.id == s.id)
+                });
+                if ctx.member.is_some() && !theirs {
+                    return Err(ToolError::Refused(format!(
+                        "job {} was set by someone else: only they or the owner may remove it",
+                        job.id
+                    )));
+                }
                 self.scheduler.remove(&job.id).await.map_err(failed)?;
                 Ok(json!({"removed": job.id}).to_string())
             }

@@ -1,7 +1,9 @@
-//! What a member's turn may not do with the file tools ([`crate::agent::member`]): change
-//! the assistant's own files (the instructions read into every prompt, the memory file,
-//! the heartbeat's tasks, the workspace's skills), or open the inbox's files other than
-//! the ones sent in its own chat (the inbox holds every chat's).
+//! What a member's turn may do with the file tools ([`crate::agent::member`]): read the
+//! workspace, but not the inbox's files other than the ones sent in its own chat (the
+//! inbox holds every chat's); write only in the member's own folder (`members/<channel>-
+//! <id>/`), never the assistant's own files (the instructions read into every prompt, the
+//! memory file, the heartbeat's tasks, the workspace's skills) nor anything else of the
+//! owner's, which their commands and tasks may run or read.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -47,12 +49,27 @@ pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<()
         })
         .collect();
     let first = parts.first().map(String::as_str).unwrap_or_default();
-    let own_file = parts.len() == 1 && own_file(first);
-    if used == Use::Write && (own_file || first.eq_ignore_ascii_case("skills")) {
-        return Err(ToolError::Refused(format!(
-            "{path} is one of the assistant's own files (its instructions, memory, heartbeat \
-             tasks or skills), which only the owner may change"
-        )));
+    if used == Use::Write && first != "inbox" {
+        // Their own folder, nothing else: a file written anywhere else could be what the
+        // owner's commands or tasks run or read (a `json.py` Python imports from there).
+        let mine = member.folder.as_deref().is_some_and(|f| {
+            let f: Vec<&str> = f.split('/').collect();
+            parts.len() > f.len() && parts.iter().zip(&f).all(|(p, f)| p == f)
+        });
+        if mine {
+            return Ok(());
+        }
+        let why = if own_file(first) || first.eq_ignore_ascii_case("skills") {
+            "is one of the assistant's own files (its instructions, memory, heartbeat tasks \
+             or skills), which only the owner may change"
+        } else {
+            "is the owner's part of the workspace"
+        };
+        let instead = match &member.folder {
+            Some(f) => format!("; write in {f}/ instead"),
+            None => "; this turn acts for several people, who may write nowhere".to_string(),
+        };
+        return Err(ToolError::Refused(format!("{path} {why}{instead}")));
     }
     if first != "inbox" {
         return Ok(());
@@ -143,6 +160,7 @@ mod tests {
         }
         let sam = Member {
             name: "Sam".into(),
+            folder: Some("members/telegram-6".into()),
             files: vec![ws.join("inbox/mine.pdf")],
         };
         let member = ctx(ws, Some(sam));
@@ -155,10 +173,25 @@ mod tests {
         );
         assert!(check(&member, "inbox", Use::List).is_err());
         assert!(check(&member, "SOUL.md", Use::Read).is_ok());
-        for p in ["SOUL.md", "memory.md", "skills/new/SKILL.md"] {
+        for p in [
+            "SOUL.md",
+            "memory.md",
+            "MEMORY.md/x",
+            "skills/new/SKILL.md",
+            "json.py",
+            "notes/todo.md",
+            "members/telegram-7/x",
+            "members/telegram-6",
+        ] {
             assert!(check(&member, p, Use::Write).is_err(), "{p}");
         }
-        assert!(check(&member, "notes/soul.md", Use::Write).is_ok());
+        assert!(check(&member, "members/telegram-6/notes/soul.md", Use::Write).is_ok());
+        let e = check(&member, "notes/todo.md", Use::Write).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("write in members/telegram-6/ instead"),
+            "{e}"
+        );
         // Where the owner let file tools out of the workspace, a member's stay in, and a
         // `..` through a folder not made yet still names the file it lands on.
         let free = ToolContext {
@@ -167,7 +200,7 @@ mod tests {
         };
         assert!(check(&free, "x/../HEARTBEAT.md", Use::Write).is_err());
         assert!(check(&free, "x/../../outside.txt", Use::Read).is_err());
-        assert!(check(&free, "x/../notes.txt", Use::Write).is_ok());
+        assert!(check(&free, "members/telegram-6/x/../notes.txt", Use::Write).is_ok());
         // The owner's turn: everything.
         let owner = ctx(ws, None);
         assert!(check(&owner, "inbox/theirs.pdf", Use::Read).is_ok());
