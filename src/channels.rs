@@ -199,10 +199,14 @@ pub fn start_all(
                 cfg.signing_secret = secret(&s.signing_secret_env);
                 cfg.api_url = s.api_url.clone();
                 cfg.reply_in_thread = s.reply_in_thread;
-                cfg.names_decide_access = s.allow_from.iter().any(|e| {
-                    let e = e.trim();
-                    e != "*" && !crate::access::id_like(e)
-                });
+                let (ids, names): (Vec<&str>, Vec<&str>) = s
+                    .allow_from
+                    .iter()
+                    .map(|e| e.trim())
+                    .filter(|e| *e != "*")
+                    .partition(|e| crate::access::id_like(e));
+                cfg.names_decide_access = !names.is_empty();
+                cfg.ids_let_in = ids.into_iter().map(str::to_string).collect();
                 cfg.max_message_len = s.max_message_len;
                 cfg.inbox_dir = Some(shared.config.gateway.workspace.join("inbox"));
                 cfg.state_file = Some(shared.config.gateway.data_dir.join("slack-recent.json"));

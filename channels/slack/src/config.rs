@@ -58,6 +58,9 @@ pub struct SlackConfig {
     /// sender's name `users.info` has not given yet (slow, or failing) is not taken in, and
     /// Slack delivers it again, rather than its sender being judged a stranger.
     pub names_decide_access: bool,
+    /// The user ids `allow_from` lists: someone listed by id is let in without their name,
+    /// so their messages are never held for it.
+    pub ids_let_in: Vec<String>,
 }
 
 impl SlackConfig {
@@ -82,6 +85,7 @@ impl SlackConfig {
             state_file: None,
             catch_up_backoff: Duration::from_secs(1),
             names_decide_access: false,
+            ids_let_in: Vec::new(),
         }
     }
 

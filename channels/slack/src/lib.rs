@@ -195,6 +195,7 @@ impl Shared {
         self.name_sender(&mut c.msg.sender, lookups_until).await;
         if self.cfg.names_decide_access
             && c.msg.sender.username.is_none()
+            && !self.cfg.ids_let_in.contains(&c.msg.sender.id)
             && !self.memory().users.contains(&c.msg.sender.id)
         {
             // Its lookup goes on, and fills the cache for the redelivery.

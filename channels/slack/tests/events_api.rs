@@ -341,6 +341,18 @@ async fn when_names_decide_access_an_event_waits_for_its_senders_name() {
     assert_eq!(got[0].sender.username.as_deref(), Some("alice"));
     assert_eq!(fake.call_count("users.info"), 2);
 
+    // Someone listed by id is let in without a name: never held for it.
+    fake.inject("users.info", Fault::Status(500));
+    let listed = events::event_callback_body("Ev22", events::dm("D7", "U7", "hey", "22.0"));
+    let mut cfg = events_config(&fake, SECRET);
+    cfg.names_decide_access = true;
+    cfg.ids_let_in = vec!["U7".into()];
+    let by_id = start(cfg);
+    by_id.sink.wait_for_connected(true).await;
+    assert_eq!(deliver(&by_id.channel, &listed).await, 200);
+    assert_eq!(by_id.sink.published().len(), 1);
+    by_id.stop().await.unwrap();
+
     fake.inject("users.info", Fault::Error("user_not_found".into()));
     let body = events::event_callback_body("Ev21", events::dm("D6", "U6", "hi", "21.0"));
     assert_eq!(deliver(&run.channel, &body).await, 200);
