@@ -8,18 +8,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use switchboard::agent::tool::{ToolContext, ToolError};
 use switchboard::agent::tools::{Registry, exec::Exec};
-use tokio_util::sync::CancellationToken;
 
 fn ctx(dir: &std::path::Path) -> ToolContext {
     ToolContext {
-        key: "test:1".parse().unwrap(),
         sender_is_owner: true,
-        workspace: dir.to_path_buf(),
-        restrict_to_workspace: true,
-        cancel: CancellationToken::new(),
-        set_by: Vec::new(),
-        chain: Default::default(),
-        member: None,
+        ..ToolContext::new("test:1".parse().unwrap(), dir)
     }
 }
 

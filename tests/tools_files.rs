@@ -10,7 +10,6 @@ use switchboard::agent::tool::{ToolContext, ToolError};
 use switchboard::agent::tools::Registry;
 use switchboard::agent::tools::files::{EditFile, ListDir, ReadFile, WriteFile};
 use switchboard::agent::tools::memory::Memory;
-use tokio_util::sync::CancellationToken;
 
 struct Ws {
     /// Holds `workspace/` and, beside it, files the tools must not reach.
@@ -42,14 +41,9 @@ impl Ws {
             Arc::new(Memory::default()),
         ]);
         let ctx = ToolContext {
-            key: "test:1".parse().unwrap(),
             sender_is_owner: true,
-            workspace: self.root(),
             restrict_to_workspace: self.restrict,
-            cancel: CancellationToken::new(),
-            set_by: Vec::new(),
-            chain: Default::default(),
-            member: None,
+            ..ToolContext::new("test:1".parse().unwrap(), self.root())
         };
         reg.call(tool, &args.to_string(), &ctx, Duration::from_secs(5))
             .await

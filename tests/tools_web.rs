@@ -10,18 +10,11 @@ use axum::{Router, response::Redirect, routing::get};
 use serde_json::json;
 use switchboard::agent::tool::{ToolContext, ToolError};
 use switchboard::agent::tools::{MAX_RESULT_CHARS, Registry, web::WebFetch};
-use tokio_util::sync::CancellationToken;
 
 async fn fetch(tool: WebFetch, url: &str) -> Result<String, ToolError> {
     let ctx = ToolContext {
-        key: "test:1".parse().unwrap(),
         sender_is_owner: true,
-        workspace: std::env::temp_dir(),
-        restrict_to_workspace: true,
-        cancel: CancellationToken::new(),
-        set_by: Vec::new(),
-        chain: Default::default(),
-        member: None,
+        ..ToolContext::new("test:1".parse().unwrap(), std::env::temp_dir())
     };
     Registry::new(vec![Arc::new(tool)])
         .call(

@@ -31,6 +31,24 @@ pub struct ToolContext {
     pub member: Option<Member>,
 }
 
+impl ToolContext {
+    /// A context in chat `key` with workspace `workspace`, confined to it, for no one in
+    /// particular (not the owner, no member): what a test or a tool's own caller adjusts
+    /// (`ToolContext { sender_is_owner: true, ..ToolContext::new(key, ws) }`).
+    pub fn new(key: ChatKey, workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            key,
+            sender_is_owner: false,
+            workspace: workspace.into(),
+            restrict_to_workspace: true,
+            cancel: CancellationToken::new(),
+            set_by: Vec::new(),
+            chain: Default::default(),
+            member: None,
+        }
+    }
+}
+
 /// Someone the owner lets talk, for whom a turn acts ([`crate::agent::member`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Member {

@@ -252,14 +252,8 @@ impl Rig {
 /// A tool call's context in chat `key`, from its owner or not.
 pub fn ctx(key: ChatKey, owner: bool) -> switchboard::agent::tool::ToolContext {
     switchboard::agent::tool::ToolContext {
-        key,
         sender_is_owner: owner,
-        workspace: std::path::PathBuf::from("."),
-        restrict_to_workspace: true,
-        cancel: CancellationToken::new(),
-        set_by: Vec::new(),
-        chain: Default::default(),
-        member: None,
+        ..switchboard::agent::tool::ToolContext::new(key, ".")
     }
 }
 

@@ -352,7 +352,6 @@ impl Tool for Exec {
 
 #[cfg(test)]
 mod tests {
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
 
@@ -371,14 +370,8 @@ mod tests {
     async fn a_call_dropped_mid_run_ends_what_the_command_started() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = ToolContext {
-            key: "test:1".parse().unwrap(),
             sender_is_owner: true,
-            workspace: dir.path().to_path_buf(),
-            restrict_to_workspace: true,
-            cancel: CancellationToken::new(),
-            set_by: Vec::new(),
-            chain: Default::default(),
-            member: None,
+            ..ToolContext::new("test:1".parse().unwrap(), dir.path())
         };
         let args = json!({"command": "sleep 60 & echo $! > pid; wait", "timeout_secs": 120});
         let pid_file = dir.path().join("pid");

@@ -139,14 +139,8 @@ mod tests {
 
     fn ctx(ws: &Path, member: Option<Member>) -> ToolContext {
         ToolContext {
-            key: "telegram:6006".parse().unwrap(),
-            sender_is_owner: false,
-            workspace: ws.to_path_buf(),
-            restrict_to_workspace: true,
-            cancel: Default::default(),
-            set_by: Vec::new(),
-            chain: Default::default(),
             member,
+            ..ToolContext::new("telegram:6006".parse().unwrap(), ws)
         }
     }
 

@@ -263,16 +263,7 @@ mod tests {
     use std::io::Read;
 
     fn confined(ws: &Path) -> ToolContext {
-        ToolContext {
-            key: "test:1".parse().unwrap(),
-            sender_is_owner: false,
-            workspace: ws.to_path_buf(),
-            restrict_to_workspace: true,
-            cancel: Default::default(),
-            set_by: Vec::new(),
-            chain: Default::default(),
-            member: None,
-        }
+        ToolContext::new("test:1".parse().unwrap(), ws)
     }
 
     /// `write_file race/b8/c/f.txt` while a command swaps `race` between a folder and a

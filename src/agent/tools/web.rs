@@ -378,16 +378,10 @@ mod tests {
     use serde_json::json;
 
     fn ctx() -> crate::agent::tool::ToolContext {
-        crate::agent::tool::ToolContext {
-            key: switchboard_channel::ChatKey::new("test", "1"),
-            sender_is_owner: false,
-            workspace: std::env::temp_dir(),
-            restrict_to_workspace: true,
-            cancel: Default::default(),
-            set_by: Vec::new(),
-            chain: Default::default(),
-            member: None,
-        }
+        crate::agent::tool::ToolContext::new(
+            switchboard_channel::ChatKey::new("test", "1"),
+            std::env::temp_dir(),
+        )
     }
 
     #[tokio::test]
