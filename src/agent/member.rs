@@ -12,16 +12,12 @@ use switchboard_channel::{InboundMessage, Origin, Sender, SystemOrigin};
 
 use super::tool::Member;
 use crate::config::Config;
-use crate::llm::{ChatMessage, Role};
 
 /// Who a turn over `msgs` acts for when that is a member; `None` when it acts for the
 /// owner: their own messages, the heartbeat (`HEARTBEAT.md` is theirs), and the runs of
-/// jobs they set (or set from the command line).
-pub fn of_turn(
-    config: &Config,
-    msgs: &[InboundMessage],
-    history: &[ChatMessage],
-) -> Option<Member> {
+/// jobs they set (or set from the command line). `files`: those sent in the chat
+/// ([`super::session::Session::files`]).
+pub fn of_turn(config: &Config, msgs: &[InboundMessage], files: &[PathBuf]) -> Option<Member> {
     if !config.names_owners() {
         return None;
     }
@@ -52,7 +48,7 @@ pub fn of_turn(
             [(_, folder)] => Some(folder.clone()),
             _ => None,
         },
-        files: chat_files(msgs, history),
+        files: files.to_vec(),
     })
 }
 
@@ -84,23 +80,6 @@ fn folder_of(channel: &str, id: &str) -> String {
 
 /// Where members' own folders are, in the workspace.
 pub const MEMBERS_DIR: &str = "members";
-
-/// The files sent in this chat: attached to the turn's messages, or named in its stored
-/// history (`[attachment: Document /…/inbox/…]`, as the agent writes them in).
-fn chat_files(msgs: &[InboundMessage], history: &[ChatMessage]) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = msgs
-        .iter()
-        .flat_map(|m| &m.attachments)
-        .map(|a| PathBuf::from(&a.location))
-        .collect();
-    for m in history.iter().filter(|m| m.role == Role::User) {
-        files.extend(m.content.lines().filter_map(|l| {
-            let (_kind, path) = l.strip_prefix(super::turn::ATTACHMENT)?.split_once(' ')?;
-            Some(PathBuf::from(path.strip_suffix(']')?))
-        }));
-    }
-    files
-}
 
 #[cfg(test)]
 mod tests {
@@ -152,23 +131,5 @@ mod tests {
         let mut beat = msg("hb", false);
         beat.origin = Origin::System(SystemOrigin::Heartbeat);
         assert_eq!(of_turn(&config, &[beat], &[]), None);
-    }
-
-    #[test]
-    fn a_chats_files_are_those_attached_now_and_named_in_its_history() {
-        let history = vec![
-            ChatMessage::new(
-                Role::User,
-                "[Sam] what is this?\n[attachment: Document /w/inbox/tg-1-a.pdf]",
-            ),
-            ChatMessage::new(
-                Role::Assistant,
-                "[attachment: Image /w/inbox/not-a-user.png]",
-            ),
-        ];
-        assert_eq!(
-            chat_files(&[], &history),
-            [PathBuf::from("/w/inbox/tg-1-a.pdf")]
-        );
     }
 }

@@ -1,13 +1,15 @@
 //! Conversation history per chat, stored as one JSON value per `ChatKey`.
 
 use serde::{Deserialize, Serialize};
-use switchboard_channel::ChatKey;
+use switchboard_channel::{ChatKey, InboundMessage};
 
 use crate::llm::{ChatMessage, Role};
 use crate::store::{Batch, Store, StoreError, Tree};
 
 /// Most messages kept in a stored session; older ones are dropped (or summarised).
 pub const MAX_STORED: usize = 400;
+/// Most files a session remembers were sent in its chat (the newest).
+pub const FILES_KEPT: usize = 200;
 
 /// A chat's stored conversation.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -22,6 +24,10 @@ pub struct Session {
     /// When the last turn was stored (drives the date/time refresh).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The files sent in this chat (where they were saved), newest last: the inbox files a
+    /// member's turn here may open ([`crate::agent::member`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<std::path::PathBuf>,
 }
 
 fn key_bytes(key: &ChatKey) -> Vec<u8> {
@@ -57,6 +63,18 @@ impl Session {
         let older: Vec<ChatMessage> = self.messages.drain(..start).collect();
         self.summary = Some(super::context::summarize(self.summary.as_deref(), &older));
         true
+    }
+
+    /// Note the files that came with `msgs` as sent in this chat.
+    pub fn note_files(&mut self, msgs: &[InboundMessage]) {
+        for a in msgs.iter().flat_map(|m| &m.attachments) {
+            let path = std::path::PathBuf::from(&a.location);
+            if !self.files.contains(&path) {
+                self.files.push(path);
+            }
+        }
+        let extra = self.files.len().saturating_sub(FILES_KEPT);
+        self.files.drain(..extra);
     }
 
     pub fn reset(key: &ChatKey, batch: &mut Batch) {
@@ -146,5 +164,37 @@ mod tests {
         assert_eq!(s.window(7).len(), 6);
         assert_eq!(s.window(100).len(), 12);
         assert!(!s.compact(100));
+    }
+
+    #[test]
+    fn the_files_sent_are_noted_once_and_the_newest_kept() {
+        let file = |n: usize| switchboard_channel::Attachment {
+            kind: switchboard_channel::AttachmentKind::Document,
+            name: None,
+            mime: None,
+            location: format!("/w/inbox/f{n}"),
+            size: 1,
+        };
+        let mut m = InboundMessage::text(
+            "t:1",
+            "telegram:1".parse().unwrap(),
+            switchboard_channel::Sender {
+                id: "1".into(),
+                username: None,
+                display_name: "A".into(),
+                is_owner: false,
+            },
+            "see",
+        );
+        m.attachments = (0..FILES_KEPT + 5).map(file).collect();
+        let mut session = Session::default();
+        session.note_files(std::slice::from_ref(&m));
+        assert_eq!(session.files.len(), FILES_KEPT);
+        assert_eq!(session.files[0], std::path::PathBuf::from("/w/inbox/f5"));
+        // One already noted (a redelivered message's) is not noted twice.
+        m.attachments = vec![file(FILES_KEPT + 4)];
+        session.note_files(std::slice::from_ref(&m));
+        assert_eq!(session.files.len(), FILES_KEPT);
+        assert_eq!(session.files[0], std::path::PathBuf::from("/w/inbox/f5"));
     }
 }

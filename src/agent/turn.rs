@@ -56,9 +56,6 @@ fn empty_answer_fallback(last: &InboundMessage, produced: &[ChatMessage]) -> Opt
     }
 }
 
-/// How the user turn names a file sent with a message: `[attachment: Image /…/inbox/x]`.
-pub(super) const ATTACHMENT: &str = "[attachment: ";
-
 impl Agent {
     /// The user turn as the model sees it.
     pub(super) fn user_content(messages: &[InboundMessage]) -> String {
@@ -91,12 +88,8 @@ impl Agent {
             if let Some(quoted) = m.metadata.get("reply_to_text").and_then(|v| v.as_str()) {
                 text = format!("(replying to: \"{quoted}\")\n{text}");
             }
-            // Only the gateway writes `[attachment: …]` lines (they say which files were
-            // sent in the chat, see `member::chat_files`): one in a text, a name, a quoted
-            // message or a job's words is not taken for one.
-            text = text.replace(ATTACHMENT, "[attachment : ");
             for a in &m.attachments {
-                text.push_str(&format!("\n{ATTACHMENT}{:?} {}]", a.kind, a.location));
+                text.push_str(&format!("\n[attachment: {:?} {}]", a.kind, a.location));
             }
             parts.push(text);
         }
@@ -136,6 +129,8 @@ impl Agent {
                 return Ok(self.failed(last, text, None, Batch::default()));
             }
         };
+        // Kept with the history the turn stores: the files a member here may open.
+        session.note_files(&turn.messages);
         let model = last
             .metadata
             .get("model")
@@ -155,7 +150,7 @@ impl Agent {
             cancel: turn.cancel.clone(),
             set_by: crate::access::setters(&turn.messages),
             chain: crate::chain::Chain::of(&turn.messages),
-            member: super::member::of_turn(&self.config, &turn.messages, &session.messages),
+            member: super::member::of_turn(&self.config, &turn.messages, &session.files),
         };
         // Commands are for the owner: a member's turn is not offered them.
         let registry = match &ctx.member {
