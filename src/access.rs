@@ -128,6 +128,18 @@ impl std::fmt::Display for Setter {
 }
 
 impl Setter {
+    /// Whether `other` is the same person (their name may have changed since).
+    pub fn same_person(&self, other: &Setter) -> bool {
+        self.channel == other.channel && self.id == other.id
+    }
+
+    /// Add them to `all` unless they are there already.
+    pub fn add_to(self, all: &mut Vec<Setter>) {
+        if !all.iter().any(|a| a.same_person(&self)) {
+            all.push(self);
+        }
+    }
+
     /// The sender of a user message.
     pub fn of(msg: &InboundMessage) -> Self {
         Self {
@@ -186,9 +198,7 @@ pub fn setters(msgs: &[InboundMessage]) -> Vec<Setter> {
                 .unwrap_or_default(),
         };
         for s in found {
-            if !all.iter().any(|a| a.channel == s.channel && a.id == s.id) {
-                all.push(s);
-            }
+            s.add_to(&mut all);
         }
     }
     all

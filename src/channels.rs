@@ -10,6 +10,10 @@ use tokio_util::task::TaskTracker;
 use crate::bus::ChannelRegistry;
 use crate::gateway::Shared;
 
+/// The chat platforms, whatever this build serves: where strangers can write to the bot
+/// (pairing, `allow_from`, owners).
+pub const PLATFORMS: [&str; 3] = ["telegram", "discord", "slack"];
+
 /// The channels this build serves, by the name their chat keys start with: the HTTP API,
 /// the terminal, and each adapter compiled in (whether or not the config enables it now).
 pub fn built_in() -> Vec<&'static str> {

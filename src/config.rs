@@ -33,7 +33,7 @@ impl Config {
     /// Whether any chat channel names owners (in `allow_from`, besides `"*"`): then the
     /// others it lets in are members ([`crate::agent::member`]).
     pub fn names_owners(&self) -> bool {
-        ["telegram", "discord", "slack"].iter().any(|c| {
+        crate::channels::PLATFORMS.iter().any(|c| {
             self.access_for(c)
                 .is_some_and(|a| crate::access::names_an_owner(&a))
         })

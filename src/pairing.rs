@@ -80,15 +80,6 @@ pub async fn code_for(
     store: &dyn Store,
     channel: &str,
     sender: &Sender,
-) -> Result<Option<(String, bool)>, StoreError> {
-    code_for_chat(store, channel, sender, None).await
-}
-
-/// [`code_for`], sent in `chat` (kept, to tell them there once approved).
-pub async fn code_for_chat(
-    store: &dyn Store,
-    channel: &str,
-    sender: &Sender,
     chat: Option<&str>,
 ) -> Result<Option<(String, bool)>, StoreError> {
     // One at a time: two messages of a stranger at once (Discord and Slack deliver them
@@ -250,8 +241,14 @@ mod tests {
             display_name: "Bob".into(),
             is_owner: false,
         };
-        let (c1, new1) = code_for(&store, "telegram", &s).await.unwrap().unwrap();
-        let (c2, new2) = code_for(&store, "telegram", &s).await.unwrap().unwrap();
+        let (c1, new1) = code_for(&store, "telegram", &s, None)
+            .await
+            .unwrap()
+            .unwrap();
+        let (c2, new2) = code_for(&store, "telegram", &s, None)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(c1, c2, "a live code is reused");
         assert!(new1 && !new2);
         assert!(!is_approved(&store, "telegram", "77").unwrap());
@@ -281,7 +278,7 @@ mod tests {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let (store, s) = (store.clone(), s.clone());
-                tokio::spawn(async move { code_for(store.as_ref(), "discord", &s).await })
+                tokio::spawn(async move { code_for(store.as_ref(), "discord", &s, None).await })
             })
             .collect();
         let mut got = Vec::new();
@@ -305,7 +302,7 @@ mod tests {
         };
         for i in 0..MAX_PENDING {
             assert!(
-                code_for(&store, "telegram", &stranger(i))
+                code_for(&store, "telegram", &stranger(i), None)
                     .await
                     .unwrap()
                     .is_some()
@@ -313,13 +310,13 @@ mod tests {
         }
         // Full: the next stranger gets no code (and so no answer); another channel does.
         assert!(
-            code_for(&store, "telegram", &stranger(999))
+            code_for(&store, "telegram", &stranger(999), None)
                 .await
                 .unwrap()
                 .is_none()
         );
         assert!(
-            code_for(&store, "discord", &stranger(999))
+            code_for(&store, "discord", &stranger(999), None)
                 .await
                 .unwrap()
                 .is_some()
@@ -333,7 +330,7 @@ mod tests {
         }
         store.commit(b).await.unwrap();
         assert!(
-            code_for(&store, "telegram", &stranger(999))
+            code_for(&store, "telegram", &stranger(999), None)
                 .await
                 .unwrap()
                 .is_some()

@@ -193,7 +193,7 @@ async fn pairing_shows_what_revoke_takes_and_names_an_unknown_channel() {
             display_name: "U5555".into(),
             is_owner: false,
         };
-        let (code, _) = switchboard::pairing::code_for(store.as_ref(), "telegram", &alice)
+        let (code, _) = switchboard::pairing::code_for(store.as_ref(), "telegram", &alice, None)
             .await
             .unwrap()
             .unwrap();
@@ -206,7 +206,7 @@ async fn pairing_shows_what_revoke_takes_and_names_an_unknown_channel() {
             display_name: "Bob".into(),
             is_owner: false,
         };
-        switchboard::pairing::code_for(store.as_ref(), "telegram", &bob)
+        switchboard::pairing::code_for(store.as_ref(), "telegram", &bob, None)
             .await
             .unwrap()
             .unwrap();

@@ -35,7 +35,7 @@ async fn untrusted_text_is_printed_with_its_control_characters_escaped() {
             display_name: NAME.into(),
             is_owner: false,
         };
-        switchboard::pairing::code_for(store.as_ref(), "telegram", &eve)
+        switchboard::pairing::code_for(store.as_ref(), "telegram", &eve, None)
             .await
             .unwrap()
             .unwrap();

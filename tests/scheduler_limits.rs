@@ -218,7 +218,7 @@ async fn the_jobs_of_someone_revoked_leave_their_places_free() {
             display_name: name.into(),
             is_owner: false,
         };
-        let (code, _) = switchboard::pairing::code_for(store, "telegram", &who)
+        let (code, _) = switchboard::pairing::code_for(store, "telegram", &who, None)
             .await
             .unwrap()
             .unwrap();

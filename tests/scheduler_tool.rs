@@ -333,7 +333,7 @@ async fn a_reminder_stops_firing_while_the_person_who_set_it_has_no_access() {
         is_owner: false,
     };
     let approve = || async {
-        let (code, _) = pairing::code_for(store, "telegram", &bob)
+        let (code, _) = pairing::code_for(store, "telegram", &bob, None)
             .await
             .unwrap()
             .unwrap();

@@ -47,7 +47,7 @@ impl Target {
         };
         // Held by another command (an open `switchboard chat` prompt): no admin API to go
         // through, whatever address a gateway that ran before left behind.
-        if holder::read(dir).is_some_and(|h| h.role.starts_with("switchboard ")) {
+        if holder::read(dir).is_some_and(|h| h.is_command()) {
             bail!("{in_use}");
         }
         let Some((addr, token)) = crate::http::admin::running_at(dir) else {

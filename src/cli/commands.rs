@@ -9,6 +9,7 @@ use super::admin_client::Target;
 use super::show::field;
 use super::{CronAction, PairingAction, SessionsAction};
 use crate::agent::session::Session;
+use crate::channels::PLATFORMS;
 use crate::config::Loaded;
 use crate::gateway;
 use crate::pairing;
@@ -37,10 +38,9 @@ pub fn config_check(loaded: &Loaded) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The channels pairing is for: the platforms, where strangers can write to the bot.
-const PAIRING_CHANNELS: [&str; 3] = ["telegram", "discord", "slack"];
-/// The channels a chat key may name (stored by any build).
-const CHAT_CHANNELS: [&str; 5] = ["telegram", "discord", "slack", "api", "cli"];
+/// The channels a chat key may name (stored by any build): the platforms, the HTTP API and
+/// the terminal.
+const CHAT_CHANNELS: [&str; 5] = [PLATFORMS[0], PLATFORMS[1], PLATFORMS[2], "api", "cli"];
 
 /// `name` (any case) if it is one of `known`; else an error naming it (and where it was
 /// given, `place`), with the closest known name when one is near (`telegramm`), or the list.
@@ -79,11 +79,11 @@ fn sender(v: &Value) -> String {
 pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<()> {
     let action = match action {
         PairingAction::Approve { channel, code } => PairingAction::Approve {
-            channel: known_channel(&channel, "", &PAIRING_CHANNELS)?,
+            channel: known_channel(&channel, "", &PLATFORMS)?,
             code,
         },
         PairingAction::Revoke { channel, user } => PairingAction::Revoke {
-            channel: known_channel(&channel, "", &PAIRING_CHANNELS)?,
+            channel: known_channel(&channel, "", &PLATFORMS)?,
             user,
         },
         list => list,
@@ -174,71 +174,66 @@ pub async fn pairing(loaded: &Loaded, action: PairingAction) -> anyhow::Result<(
 
 pub async fn sessions(loaded: &Loaded, action: SessionsAction) -> anyhow::Result<()> {
     // The key is checked before the store is looked for: a typo is told as such.
-    if let SessionsAction::Show { key } | SessionsAction::Reset { key } = &action {
-        chat_key(key)?;
-    }
+    let (key, reset) = match &action {
+        SessionsAction::List => (None, false),
+        SessionsAction::Show { key } => (Some(chat_key(key)?), false),
+        SessionsAction::Reset { key } => (Some(chat_key(key)?), true),
+    };
     let target = Target::find_existing(&loaded.config).await?;
-    match action {
-        SessionsAction::List => {
-            for (k, n) in session_keys(&target).await? {
-                out!("{}\t{n} messages", field(&k));
-            }
+    let Some(key) = key else {
+        for (k, n) in session_keys(&target).await? {
+            out!("{}\t{n} messages", field(&k));
         }
-        SessionsAction::Show { key } => {
-            let key = chat_key(&key)?;
-            let session: Value = match &target {
-                Target::Remote { .. } => {
-                    target
-                        .get(&format!(
-                            "/admin/session?key={}",
-                            urlencode(&key.to_string())
-                        ))
-                        .await?
-                }
-                Target::Local(store) => json!(Session::load(store.as_ref(), &key)?),
-            };
-            if let Some(s) = session["summary"].as_str() {
-                out!("[summary] {s}\n");
-            }
-            let messages = session["messages"].as_array();
-            if session["summary"].is_null() && messages.is_none_or(|m| m.is_empty()) {
-                out!("no messages in {key}");
-            }
-            // A message's own lines are kept; its control characters are not (`out!`).
-            for m in messages.into_iter().flatten() {
-                out!(
-                    "{}: {}",
-                    field(m["role"].as_str().unwrap_or("?")),
-                    m["content"].as_str().unwrap_or("")
-                );
-            }
-        }
-        SessionsAction::Reset { key } => {
-            let key = chat_key(&key)?;
-            if !session_keys(&target)
+        return Ok(());
+    };
+    let session: Value = match &target {
+        Target::Remote { .. } => {
+            target
+                .get(&format!(
+                    "/admin/session?key={}",
+                    urlencode(&key.to_string())
+                ))
                 .await?
-                .iter()
-                .any(|(k, _)| *k == key.to_string())
-            {
-                bail!("no session {}: nothing to reset", field(&key.to_string()));
-            }
-            match &target {
-                Target::Remote { .. } => {
-                    target
-                        .delete(&format!(
-                            "/admin/session?key={}",
-                            urlencode(&key.to_string())
-                        ))
-                        .await?;
-                }
-                Target::Local(store) => {
-                    let mut b = Batch::default();
-                    Session::reset(&key, &mut b);
-                    store.commit(b).await?;
-                }
-            }
-            out!("reset {key}");
         }
+        Target::Local(store) => json!(Session::load(store.as_ref(), &key)?),
+    };
+    let messages = session["messages"].as_array().filter(|m| !m.is_empty());
+    let empty = session["summary"].is_null() && messages.is_none();
+    if reset {
+        if empty {
+            bail!("no session {}: nothing to reset", field(&key.to_string()));
+        }
+        match &target {
+            Target::Remote { .. } => {
+                target
+                    .delete(&format!(
+                        "/admin/session?key={}",
+                        urlencode(&key.to_string())
+                    ))
+                    .await?;
+            }
+            Target::Local(store) => {
+                let mut b = Batch::default();
+                Session::reset(&key, &mut b);
+                store.commit(b).await?;
+            }
+        }
+        out!("reset {key}");
+        return Ok(());
+    }
+    if let Some(s) = session["summary"].as_str() {
+        out!("[summary] {s}\n");
+    }
+    if empty {
+        out!("no messages in {key}");
+    }
+    // A message's own lines are kept; its control characters are not (`out!`).
+    for m in messages.into_iter().flatten() {
+        out!(
+            "{}: {}",
+            field(m["role"].as_str().unwrap_or("?")),
+            m["content"].as_str().unwrap_or("")
+        );
     }
     Ok(())
 }

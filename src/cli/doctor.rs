@@ -9,6 +9,7 @@ use anyhow::bail;
 use serde_json::Value;
 
 use super::admin_client::Target;
+use crate::agent::tools::net::is_public;
 use crate::config::{Config, Loaded, secret};
 
 pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
@@ -170,9 +171,6 @@ fn key_probe(base: &str) -> &'static str {
 /// A folder `run` makes: fine if it can be made (its nearest existing parent is a folder
 /// this user may write to).
 fn report_missing(report: &mut impl FnMut(bool, &str, String), what: &str, dir: &Path) {
-    if dir.exists() {
-        return report(false, what, format!("{} is not a folder", dir.display()));
-    }
     let parent = dir.ancestors().skip(1).find(|a| a.exists());
     match parent {
         Some(p) if p.is_dir() && tempfile_in(p) => report(
@@ -212,20 +210,8 @@ fn on_this_network(base: &str) -> bool {
                     .iter()
                     .any(|end| d.ends_with(end))
         }
-        Some(url::Host::Ipv4(ip)) => {
-            let shared = ip.octets()[0] == 100 && ip.octets()[1] & 0xc0 == 64;
-            ip.is_loopback() || ip.is_private() || ip.is_link_local() || shared
-        }
-        Some(url::Host::Ipv6(ip)) => {
-            let first = ip.segments()[0];
-            ip.is_loopback()
-                // Unique local (fc00::/7) and link-local (fe80::/10).
-                || first & 0xfe00 == 0xfc00
-                || first & 0xffc0 == 0xfe80
-                || ip
-                    .to_ipv4_mapped()
-                    .is_some_and(|v4| v4.is_loopback() || v4.is_private() || v4.is_link_local())
-        }
+        Some(url::Host::Ipv4(ip)) => !is_public(ip.into()),
+        Some(url::Host::Ipv6(ip)) => !is_public(ip.into()),
         None => false,
     }
 }
@@ -331,7 +317,7 @@ mod tests {
             "http://8.8.8.8/v1",
             "http://172.32.0.1/v1",
             "http://100.128.0.1/v1",
-            "http://[2001:db8::1]/v1",
+            "http://[2606:4700::1111]/v1",
             "http://localhost.example.com/v1",
             "not a url",
         ] {

@@ -231,7 +231,7 @@ pub async fn main(cli: Cli) -> ExitCode {
 /// or a command, with what to do about it (see `store::holder`).
 fn name_store_holder(command: &Command) {
     let (role, hint) = match command {
-        Command::Run => ("gateway", ""),
+        Command::Run => (crate::store::holder::GATEWAY, ""),
         Command::Chat { .. } => (
             "switchboard chat",
             "close it, or run the gateway and use chat through it",

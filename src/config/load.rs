@@ -375,28 +375,25 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
     }
     let target = match h.target.as_str() {
         "last" => None,
-        t => Some(t.parse::<switchboard_channel::ChatKey>()),
+        t => {
+            let key: switchboard_channel::ChatKey = t.parse().map_err(|_| {
+                invalid(
+                    "heartbeat.target",
+                    format!(
+                        "expected \"last\" or a chat key like \"telegram:123456\", got {:?}",
+                        h.target
+                    ),
+                )
+            })?;
+            crate::channels::check_chat_id(&key).map_err(|why| invalid("heartbeat.target", why))?;
+            Some(key)
+        }
     };
-    if let Some(Err(why)) = target.as_ref().map(|k| match k {
-        Ok(key) => crate::channels::check_chat_id(key),
-        Err(_) => Ok(()),
-    }) {
-        return Err(invalid("heartbeat.target", why));
-    }
     match target {
         None => {}
-        Some(Err(_)) => {
-            return Err(invalid(
-                "heartbeat.target",
-                format!(
-                    "expected \"last\" or a chat key like \"telegram:123456\", got {:?}",
-                    h.target
-                ),
-            ));
-        }
         // Such a chat gets only the answers to its own requests: a beat is kept in its
         // history, not pushed.
-        Some(Ok(key)) if crate::channels::answers_only(&key) => {
+        Some(key) if crate::channels::answers_only(&key) => {
             warnings.push(format!(
                 "heartbeat.target: {:?} only gets the answers to its own requests, so what a \
                  heartbeat says there is kept in its history, not pushed; use \"last\" or a \
@@ -405,7 +402,7 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
             ));
         }
         // A warning, not an error: a program embedding the gateway may add its own channels.
-        Some(Ok(key)) if !crate::channels::built_in().contains(&key.channel.as_str()) => {
+        Some(key) if !crate::channels::built_in().contains(&key.channel.as_str()) => {
             let known = crate::channels::built_in();
             let hint = closest(&key.channel, known.iter().copied())
                 .map(|s| format!(" (did you mean `{s}`?)"))
@@ -417,14 +414,14 @@ fn validate(c: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
                 known.join(", ")
             ));
         }
-        Some(Ok(key)) if h.enabled && crate::channels::switched_off(c, &key.channel) => {
+        Some(key) if h.enabled && crate::channels::switched_off(c, &key.channel) => {
             warnings.push(format!(
                 "heartbeat.target: channels.{}.enabled is off, so no heartbeat is sent until \
                  it is on",
                 key.channel
             ));
         }
-        Some(Ok(_)) => {}
+        Some(_) => {}
     }
     if !h.active_hours.trim().is_empty() && parse_active_hours(&h.active_hours).is_none() {
         return Err(invalid(

@@ -65,14 +65,10 @@ impl GatewaySink {
                     }
                     Decision::Pair => {
                         let chat = msg.key.to_string();
-                        let issued = pairing::code_for_chat(
-                            store,
-                            &msg.key.channel,
-                            &msg.sender,
-                            Some(&chat),
-                        )
-                        .await
-                        .map_err(|e| err(&e))?;
+                        let issued =
+                            pairing::code_for(store, &msg.key.channel, &msg.sender, Some(&chat))
+                                .await
+                                .map_err(|e| err(&e))?;
                         let Some((code, new)) = issued else {
                             tracing::warn!(channel = %msg.key.channel, sender = %msg.sender.id,
                                 "unknown sender not answered: {} pairing codes are waiting already",

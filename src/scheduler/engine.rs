@@ -411,13 +411,7 @@ impl Scheduler {
             .get(id)?
             .ok_or_else(|| ScheduleError::NotFound(id.to_string()))?;
         for s in asked_by {
-            if !job
-                .set_by
-                .iter()
-                .any(|t| t.channel == s.channel && t.id == s.id)
-            {
-                job.set_by.push(s.clone());
-            }
+            s.clone().add_to(&mut job.set_by);
         }
         if let Some(limits) = limits {
             let last = job

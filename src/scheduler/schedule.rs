@@ -211,10 +211,6 @@ impl Schedule {
         !matches!(self, Schedule::At { .. })
     }
 
-    /// Whether two runs can come less than a minute apart: an `every` under a minute, or a
-    /// crontab naming more than one second of the minute (`* * * * * *`). A crontab job runs
-    /// at most once in each second it names, so one second means a minute or more between
-    /// runs.
     /// The shortest time between two runs: `None` for a one-shot job; a minute at the
     /// least for a 5-field crontab.
     pub fn shortest_gap(&self) -> Option<Duration> {

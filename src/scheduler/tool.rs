@@ -219,11 +219,10 @@ impl Tool for CronTool {
             Some("remove") => {
                 let job = self.visible_job(&args, ctx)?;
                 // A member removes what they set, not the owner's or another member's.
-                let theirs = job.set_by.iter().any(|s| {
-                    ctx.set_by
-                        .iter()
-                        .any(|t| t.channel == s.channel && t.id == s.id)
-                });
+                let theirs = job
+                    .set_by
+                    .iter()
+                    .any(|s| ctx.set_by.iter().any(|t| t.same_person(s)));
                 if ctx.member.is_some() && !theirs {
                     return Err(ToolError::Refused(format!(
                         "job {} was set by someone else: only they or the owner may remove it",

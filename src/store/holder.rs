@@ -30,11 +30,20 @@ pub struct Holder {
     pub hint: String,
 }
 
+/// The role of `switchboard run`; a command's is its name, `switchboard chat`.
+pub const GATEWAY: &str = "gateway";
+
 impl Holder {
+    /// Whether a command holds the store (an open `switchboard chat` prompt), not a
+    /// gateway, which serves the admin API.
+    pub fn is_command(&self) -> bool {
+        self.role.starts_with("switchboard ")
+    }
+
     /// `a running gateway (pid 1234)`, `` `switchboard chat` (pid 1234) ``.
     pub fn who(&self) -> String {
         match self.role.as_str() {
-            "gateway" => format!("a running gateway (pid {})", self.pid),
+            GATEWAY => format!("a running gateway (pid {})", self.pid),
             "" => format!("another switchboard process (pid {})", self.pid),
             role => format!("`{role}` (pid {})", self.pid),
         }

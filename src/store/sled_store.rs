@@ -188,10 +188,7 @@ pub(super) fn open_db(
         // Durability comes from the journal; sled is flushed at checkpoints.
         .flush_every_ms(None)
         .cache_capacity(CACHE_BYTES);
-    let locked_io = |io: &std::io::Error| {
-        io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock")
-    };
-    let locked = |e: &sled::Error| matches!(e, sled::Error::Io(io) if locked_io(io));
+    let locked = |e: &sled::Error| matches!(e, sled::Error::Io(io) if held(io));
     // Whether sled's files were there before: if so, the store was made before.
     let existed = std::fs::metadata(dir.join("store").join("db")).is_ok_and(|m| m.len() > 0);
     let waited = std::time::Instant::now();
@@ -207,7 +204,8 @@ pub(super) fn open_db(
         }
     }
     .map_err(|e| match e {
-        sled::Error::Io(io) if locked_io(&io) => lock_error(dir, &io),
+        // A lock not taken, held or not (a lock file it may not write): said as such.
+        sled::Error::Io(io) if held(&io) || io.to_string().contains("lock") => lock_error(dir, &io),
         other => StoreError::Backend(other.to_string()),
     })?;
     // sled restores its id counter (plus a margin) only from a store it flushed once:
@@ -244,14 +242,20 @@ pub(super) fn open_db(
     Ok((db, active))
 }
 
+/// Whether sled's I/O error is its file lock held by another process (sled wraps the OS
+/// error, whose kind then shows only in its text).
+fn held(io: &std::io::Error) -> bool {
+    io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("WouldBlock")
+}
+
 /// sled's lock failure as a sentence: held by another process (named when it said who it
 /// is, see `holder.rs`), or why the lock could not be taken. sled puts the OS error's Rust
 /// debug form in its message (`Os { code: 11, kind: WouldBlock, … }`): only its text is kept.
 fn lock_error(dir: &Path, io: &std::io::Error) -> StoreError {
-    let text = io.to_string();
-    if io.kind() == std::io::ErrorKind::WouldBlock || text.contains("WouldBlock") {
+    if held(io) {
         return StoreError::Locked(super::holder::locked_message(dir));
     }
+    let text = io.to_string();
     let why = text
         .split_once("message: \"")
         .and_then(|(_, rest)| rest.split_once('"'))

@@ -140,19 +140,8 @@ impl ApiChannel {
         self.waiters.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Publish `msg` on the bus and wait for its reply.
-    pub async fn ask(
-        &self,
-        bus: &Arc<Bus>,
-        msg: InboundMessage,
-        timeout: Duration,
-    ) -> Result<OutboundMessage, String> {
-        self.ask_until(bus, msg, timeout, &CancellationToken::new())
-            .await
-    }
-
-    /// [`Self::ask`], given up when `stop` is cancelled once the message is stored: it is
-    /// then withdrawn as by `/stop` (its turn stops, or it leaves the queue), and this
+    /// Publish `msg` on the bus and wait for its reply, given up when `stop` is cancelled
+    /// once the message is stored: it is then withdrawn as by `/stop` (its turn stops, or it leaves the queue), and this
     /// returns once the bus no longer holds it (within [`WITHDRAW_WAIT`]), so a shutdown
     /// that follows does not keep it for the next start.
     pub async fn ask_until(
@@ -166,7 +155,7 @@ impl ApiChannel {
         let rx = self.wait_for(&id, &msg.key, None);
         let key = msg.key.clone();
         let (publishing, gone) = publish_withdrawable(bus, msg);
-        let _guard = WaiterGuard {
+        let guard = WaiterGuard {
             api: self,
             bus,
             key: key.clone(),
@@ -184,7 +173,7 @@ impl ApiChannel {
         let answer = tokio::select! {
             answer = tokio::time::timeout(timeout, rx) => answer,
             _ = stop.cancelled() => {
-                bus.withdraw(&key, &id);
+                drop(guard); // withdraws it
                 // Its turn ends (or it leaves the queue) and its inbox entry goes: then a
                 // shutdown cannot keep it.
                 let deadline = tokio::time::Instant::now() + WITHDRAW_WAIT;

@@ -4,6 +4,8 @@
 //! kept. Only a block at the very start counts (after whitespace): a `<think>` later on
 //! is the model's ordinary text.
 
+use std::borrow::Cow;
+
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
 
@@ -31,11 +33,16 @@ pub(super) struct Think {
 }
 
 impl Think {
-    /// Take one content delta; returns what of it (and of what was held) is to be shown.
-    pub fn push(&mut self, delta: &str) -> String {
+    /// Take one content delta; returns what of it (and of what was held) is to be shown:
+    /// once past the block, the delta itself.
+    pub fn push<'a>(&mut self, delta: &'a str) -> Cow<'a, str> {
         if self.state == State::Pass {
-            return delta.to_string();
+            return Cow::Borrowed(delta);
         }
+        Cow::Owned(self.held_back(delta))
+    }
+
+    fn held_back(&mut self, delta: &str) -> String {
         self.held.push_str(delta);
         loop {
             match self.state {
