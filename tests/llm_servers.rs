@@ -26,6 +26,20 @@ fn openai(llm: &FakeLlm) -> OpenAi {
 
 type Sleeps = Arc<Mutex<Vec<Duration>>>;
 
+/// `e` is the server's refusal, with its 400.
+fn assert_refused_400(e: &LlmError) {
+    assert!(
+        matches!(
+            e,
+            LlmError::Refused {
+                status: Some(400),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
 /// `OpenAi` wrapped in retries whose waits are recorded, not slept.
 fn resilient(llm: &FakeLlm) -> (Resilient, Sleeps) {
     let sleeps: Sleeps = Arc::default();
@@ -84,16 +98,7 @@ async fn a_server_that_forbids_stream_options_is_asked_again_without_them_at_onc
         json!({"error": {"message": "Invalid model", "type": "invalid_request_error"}}),
     ));
     let e = p.complete(&request("other"), None).await.unwrap_err();
-    assert!(
-        matches!(
-            e,
-            LlmError::Refused {
-                status: Some(400),
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_refused_400(&e);
 }
 
 /// What llama.cpp's server answers a prompt larger than its context, by version: a 400
@@ -234,16 +239,7 @@ async fn an_error_inside_a_stream_keeps_the_status_its_code_gives() {
         json!({"code": 400, "message": "Invalid schema for function 'read_file'"}),
     ));
     let e = p.complete(&request("m"), None).await.unwrap_err();
-    assert!(
-        matches!(
-            e,
-            LlmError::Refused {
-                status: Some(400),
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_refused_400(&e);
     assert_eq!(llm.request_count(), 1);
     // Nor is llama.cpp's SSE `error:` field with its code.
     llm.clear();
@@ -252,16 +248,7 @@ async fn an_error_inside_a_stream_keeps_the_status_its_code_gives() {
         "data: [DONE]\n\n",
     ]));
     let e = p.complete(&request("m"), None).await.unwrap_err();
-    assert!(
-        matches!(
-            e,
-            LlmError::Refused {
-                status: Some(400),
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_refused_400(&e);
     assert_eq!(llm.request_count(), 1);
     assert!(sleeps.lock().unwrap().is_empty(), "{sleeps:?}");
     // A rate limit is waited out; a provider that dropped (502), or an error without a
