@@ -5,9 +5,12 @@
 //! word boundary, else anywhere that does not split a character or an emoji sequence. A
 //! break in the first 30 % of the room is only taken when nothing better exists further on.
 //! A code fence cut across chunks is closed at the end of one and reopened, with the same
-//! fence line, at the start of the next; those added lines count toward the limit.
+//! fence line, at the start of the next; those added lines count toward the limit. So is
+//! bold, italics, strikethrough or a code span cut across chunks in a paragraph or a list
+//! item: `**` (or `_`, `~~`, `` ` ``) closes it at the cut and opens it again after.
 
-use super::block::{fence_closes, fence_open};
+use super::block::{self, Kind, fence_closes, fence_open};
+use super::inline;
 
 /// What a source line is, for cutting purposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +68,8 @@ struct Chunker {
     fences: Vec<Fence>,
     /// `nonws_end[c]`: one past the last non-whitespace char before `c` (0 if none).
     nonws_end: Vec<usize>,
+    /// Per line: the chars `[from, to)` of the paragraph or list item text it is in.
+    spans: Vec<Option<(usize, usize)>>,
     max: usize,
 }
 
@@ -114,12 +119,14 @@ impl Chunker {
             }
             nonws_end.push(last);
         }
+        let spans = inline_runs(text, &starts, chars.len());
         Self {
             chars,
             starts,
             kinds,
             fences,
             nonws_end,
+            spans,
             max,
         }
     }
@@ -128,18 +135,24 @@ impl Chunker {
         let n = self.chars.len();
         let mut chunks = Vec::new();
         let mut s = self.skip(0);
+        // Markers reopening what the last cut closed.
+        let mut reopen = Vec::new();
         while s < n && self.nonws_end[n] > s {
-            let header = self.header(s);
+            let header = match self.header(s) {
+                [] => std::mem::take(&mut reopen),
+                fence => fence.to_vec(),
+            };
             if self
                 .cut_len(s, n, header.len())
                 .is_some_and(|l| l <= self.max)
             {
-                chunks.push(self.piece(s, n, header));
+                chunks.push(self.piece(s, n, &header, &[]));
                 break;
             }
-            match self.choose(s, header.len()) {
-                Some(c) => {
-                    chunks.push(self.piece(s, c, header));
+            match self.cut(s, header.len()) {
+                Some((c, close, open)) => {
+                    chunks.push(self.piece(s, c, &header, &close));
+                    reopen = open;
                     s = self.skip(c);
                 }
                 None => {
@@ -154,6 +167,51 @@ impl Chunker {
             }
         }
         chunks
+    }
+
+    /// The cut for a chunk starting at `s`, with the markers that close what is open there
+    /// and those that reopen it, counted toward the limit. A cut inside a link or URL, or
+    /// whose markers do not fit or would run into a marker beside the cut (and so read
+    /// differently), gives way to an earlier break as good, three times at most; else the
+    /// first cut is made as it is.
+    fn cut(&self, s: usize, header: usize) -> Option<(usize, Vec<char>, Vec<char>)> {
+        let first = self.choose(s, header)?;
+        let (mut c, mut room) = (first, 0);
+        for _ in 0..4 {
+            let marker = |i: usize| self.chars.get(i).is_some_and(|&m| "*_~`".contains(m));
+            match self.open_at(c) {
+                Some(open) if open.is_empty() => return Some((c, open, Vec::new())),
+                Some(open) if !marker(self.nonws_end[c] - 1) && !marker(self.skip(c)) => {
+                    let close: Vec<char> = open.iter().rev().copied().collect();
+                    let len = self.cut_len(s, c, header);
+                    if len.is_some_and(|l| l + close.len() <= self.max) {
+                        return Some((c, close, open));
+                    }
+                    room = room.max(close.len());
+                }
+                _ => room = (self.max.saturating_sub(header) + 1).saturating_sub(c - s),
+            }
+            match self.choose(s, header + room) {
+                Some(next) if self.rank(next) <= self.rank(first) => c = next,
+                _ => break,
+            }
+        }
+        Some((first, Vec::new(), Vec::new()))
+    }
+
+    /// The emphasis and code markers open across a cut at `c`, outermost first: none when
+    /// the cut is not in a paragraph's or list item's text, `None` when it is inside a link,
+    /// a URL or a marker run.
+    fn open_at(&self, c: usize) -> Option<Vec<char>> {
+        let Some((from, to)) = self.spans[self.line_of(c)].filter(|&(f, t)| f < c && c < t) else {
+            return Some(Vec::new());
+        };
+        let open = inline::open_across(&self.chars[from..to], c - from)?;
+        Some(
+            open.iter()
+                .flat_map(|&(marker, n)| std::iter::repeat_n(marker, n))
+                .collect(),
+        )
     }
 
     /// The best cut for a chunk starting at `s`.
@@ -232,11 +290,12 @@ impl Chunker {
         Some(header + (end - s) + close)
     }
 
-    /// The chunk `[s, c)` as text.
-    fn piece(&self, s: usize, c: usize, header: &[char]) -> String {
+    /// The chunk `[s, c)` as text, `close` after it.
+    fn piece(&self, s: usize, c: usize, header: &[char], close: &[char]) -> String {
         let end = self.nonws_end[c].max(s);
         let mut out: String = header.iter().collect();
         out.extend(&self.chars[s..end]);
+        out.extend(close);
         if let At::Inside(f) = self.at(c) {
             out.extend(&self.fences[f].close);
         }
@@ -301,6 +360,31 @@ impl Chunker {
             Line::Body(f) => At::Inside(f),
         }
     }
+}
+
+/// Per line of `text`, the chars `[from, to)` of the inline text it belongs to, as the
+/// renderers parse it: a whole paragraph, or a list item's text after its marker. Other
+/// lines (headings, quotes, tables, fences) are `None`: a cut there is left as it is.
+fn inline_runs(text: &str, starts: &[usize], len: usize) -> Vec<Option<(usize, usize)>> {
+    let mut runs = vec![None; starts.len()];
+    let mut l = 0;
+    for b in block::parse(text) {
+        let lines = b.raw.len();
+        let end = starts.get(l + lines).map_or(len, |&next| next - 1);
+        let run = match b.kind {
+            Kind::Paragraph(_) => Some((starts[l], end)),
+            Kind::Item { text: item, .. } => {
+                let line = b.raw[0];
+                let at = item.as_ptr() as usize - line.as_ptr() as usize;
+                let from = starts[l] + line[..at].chars().count();
+                Some((from, from + item.chars().count()))
+            }
+            _ => None,
+        };
+        runs[l..l + lines].fill(run);
+        l += lines;
+    }
+    runs
 }
 
 /// Reopen/close lines for a fence (in a quote: with its `> ` markers): the original fence

@@ -38,13 +38,53 @@ pub(crate) fn parse(text: &str) -> Vec<Inline> {
 
 fn parse_chars(chars: &[char], links: bool) -> Vec<Inline> {
     let mut b = Builder::default();
+    scan(chars, links, &mut b, usize::MAX);
+    b.finish()
+}
+
+/// The emphasis runs and code span that are open at char `cut` of `chars` and closed after
+/// it, outermost first, as (marker, count): what a cut there must close before it and
+/// reopen after it so both sides keep their formatting. `None` when the cut falls inside a
+/// link, a URL, an escape or a marker run, which cannot be closed and reopened.
+pub(crate) fn open_across(chars: &[char], cut: usize) -> Option<Vec<(char, usize)>> {
+    let mut b = Builder {
+        probe: Some(Probe::default()),
+        ..Builder::default()
+    };
+    if !scan(chars, true, &mut b, cut) {
+        return None;
+    }
+    b.finish_frames();
+    let probe = b.probe.unwrap_or_default();
+    let mut open: Vec<(char, usize)> = probe
+        .at
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(|&(id, ch)| {
+            let used = probe.used.iter().filter(|u| u.0 == id).map(|u| u.1).sum();
+            (ch, used)
+        })
+        .filter(|&(_, used)| used > 0)
+        .collect();
+    open.extend(probe.code.map(|n| ('`', n)));
+    Some(open)
+}
+
+/// Parse `chars` into `b`. With a `cut` inside `chars`, `b.probe` notes the frames open
+/// there; returns false when a token other than a code span straddles it.
+fn scan(chars: &[char], links: bool, b: &mut Builder, cut: usize) -> bool {
     let ends = chars.iter().rposition(|&c| c == ')').and_then(|paren| {
         let bracket = chars[..paren].iter().rposition(|&c| c == ']')?;
         Some((bracket, paren))
     });
     let mut i = 0;
     while i < chars.len() {
-        let c = chars[i];
+        if i >= cut {
+            b.note_open();
+        }
+        let (start, c) = (i, chars[i]);
+        let mut code = None;
         match c {
             '\\' if chars.get(i + 1).is_some_and(|n| n.is_ascii_punctuation()) => {
                 b.text.push(chars[i + 1]);
@@ -55,6 +95,7 @@ fn parse_chars(chars: &[char], links: bool) -> Vec<Inline> {
                 if let Some(end) = find_code_end(chars, i + n, n) {
                     b.node(Inline::Code(code_content(&chars[i + n..end])));
                     i = end + n;
+                    code = Some(n);
                 } else {
                     b.text.extend(&chars[i..i + n]);
                     i += n;
@@ -114,8 +155,18 @@ fn parse_chars(chars: &[char], links: bool) -> Vec<Inline> {
                 i += 1;
             }
         }
+        if start < cut && cut < i {
+            // Only a cut in a code span's content can close and reopen it.
+            if code.is_none_or(|n| cut < start + n || cut + n > i) {
+                return false;
+            }
+            b.note_open();
+            if let Some(p) = &mut b.probe {
+                p.code = code;
+            }
+        }
     }
-    b.finish()
+    true
 }
 
 fn run_len(chars: &[char], i: usize, c: char) -> usize {
@@ -340,6 +391,17 @@ struct Frame {
     ch: char,
     len: usize,
     children: Vec<Inline>,
+    /// Numbered in opening order, for [`Probe`].
+    id: usize,
+}
+
+/// What [`open_across`] watches: the frames open at the cut, the markers each later used
+/// to close, and a code span straddling the cut (its backtick count).
+#[derive(Default)]
+struct Probe {
+    at: Option<Vec<(usize, char)>>,
+    used: Vec<(usize, usize)>,
+    code: Option<usize>,
 }
 
 /// Builds the node tree: `text` is pending literal text, `frames` the open markers.
@@ -350,6 +412,8 @@ struct Builder {
     /// Open frames per marker (`*`, `_`, `~`), so a closer with nothing to match is O(1).
     open: [usize; 3],
     text: String,
+    opened: usize,
+    probe: Option<Probe>,
 }
 
 fn slot(ch: char) -> usize {
@@ -361,6 +425,13 @@ fn slot(ch: char) -> usize {
 }
 
 impl Builder {
+    /// Note the frames open now, the first time this is called (with a probe).
+    fn note_open(&mut self) {
+        if let Some(p) = self.probe.as_mut().filter(|p| p.at.is_none()) {
+            p.at = Some(self.frames.iter().map(|f| (f.id, f.ch)).collect());
+        }
+    }
+
     fn target(&mut self) -> &mut Vec<Inline> {
         match self.frames.last_mut() {
             Some(f) => &mut f.children,
@@ -399,6 +470,9 @@ impl Builder {
                 } else {
                     1
                 };
+                if let Some(p) = self.probe.as_mut().filter(|p| p.at.is_some()) {
+                    p.used.push((self.frames[k].id, used));
+                }
                 let frame = &mut self.frames[k];
                 let children = std::mem::take(&mut frame.children);
                 frame.len -= used;
@@ -425,7 +499,9 @@ impl Builder {
                 ch,
                 len,
                 children: Vec::new(),
+                id: self.opened,
             });
+            self.opened += 1;
             self.open[slot(ch)] += 1;
         } else {
             self.text.extend(std::iter::repeat_n(ch, len));
@@ -449,11 +525,15 @@ impl Builder {
     }
 
     fn finish(mut self) -> Vec<Inline> {
+        self.finish_frames();
+        self.root
+    }
+
+    fn finish_frames(&mut self) {
         self.flush();
         while !self.frames.is_empty() {
             self.pop_literal();
         }
-        self.root
     }
 }
 

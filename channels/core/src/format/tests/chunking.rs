@@ -199,3 +199,24 @@ fn a_code_fence_in_a_quote_is_closed_and_reopened_in_the_quote() {
         }
     }
 }
+
+#[test]
+fn bold_and_code_cut_across_chunks_are_closed_and_reopened() {
+    let text = "Note: **one two three four five six** and `a b c d e f g h`";
+    assert_eq!(
+        chunk_markdown(text, 26),
+        vec![
+            "Note: **one two three**",
+            "**four five six** and `a`",
+            "`b c d e f g h`"
+        ]
+    );
+    assert_eq!(
+        chunk_markdown("`alpha beta gamma delta`", 14),
+        vec!["`alpha beta`", "`gamma delta`"]
+    );
+    // In a list item too, nested, and the markers count toward the limit.
+    let chunks = chunk_markdown("- **a *b c* d**", 11);
+    assert_eq!(chunks, vec!["- **a *b***", "***c* d**"]);
+    assert!(chunks.iter().all(|c| len(c) <= 11));
+}

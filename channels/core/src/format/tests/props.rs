@@ -142,12 +142,13 @@ pub(super) fn fences_balanced(chunk: &str) -> bool {
     open.is_none()
 }
 
-/// Text without fence lines or whitespace: what chunking must preserve.
+/// Text without fence lines, whitespace or inline markers (a cut closes and reopens a span
+/// it falls in): what chunking must preserve.
 fn content(text: &str) -> String {
     text.lines()
         .filter(|l| !l.trim_start().starts_with("```"))
         .flat_map(|l| l.chars())
-        .filter(|c| !c.is_whitespace())
+        .filter(|c| !c.is_whitespace() && !matches!(c, '*' | '_' | '~' | '`'))
         .collect()
 }
 
@@ -254,6 +255,69 @@ fn generated_documents_chunk_and_render_within_limits() {
                 }
             }
         }
+    }
+}
+
+/// Prose as a model writes it: paragraphs and list items with bold, italic, struck, code
+/// and linked runs of several words, sometimes nested.
+fn prose(rng: &mut Rng, size: usize) -> String {
+    const PLAIN: &[&str] = &[
+        "the",
+        "quick",
+        "fox",
+        "über",
+        "日本語",
+        "it's",
+        "end.",
+        "(see)",
+    ];
+    let mut out = String::new();
+    while out.chars().count() < size {
+        if rng.below(4) == 0 {
+            out.push_str("- ");
+        }
+        for _ in 0..rng.below(40) + 5 {
+            let words: Vec<&str> = (0..rng.below(5) + 1).map(|_| rng.pick(PLAIN)).collect();
+            let run = words.join(" ");
+            out.push_str(&match rng.below(9) {
+                0 => format!("**{run}**"),
+                1 => format!("*{run}*"),
+                2 => format!("_{run}_"),
+                3 => format!("~~{run}~~"),
+                4 => format!("`{run}`"),
+                5 => format!("**{} *{run}* {}**", rng.pick(PLAIN), rng.pick(PLAIN)),
+                _ => run,
+            });
+            out.push(if rng.below(10) == 0 { '\n' } else { ' ' });
+        }
+        out.push_str(if rng.below(2) == 0 { "\n\n" } else { "\n" });
+    }
+    out
+}
+
+/// The visible text of `md` without whitespace.
+fn visible(md: &str) -> String {
+    render(md, Dialect::Plain)
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect()
+}
+
+#[test]
+fn spans_cut_across_chunks_are_closed_and_reopened() {
+    for seed in 1..=300u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let size = 100 + rng.below(1500);
+        let text = prose(&mut rng, size);
+        let limit = 20 + rng.below(300);
+        let chunks = chunk_markdown(&text, limit);
+        assert_chunks_ok(&text, &chunks, limit);
+        let shown: String = chunks.iter().map(|c| visible(c)).collect();
+        assert_eq!(
+            shown,
+            visible(&text),
+            "seed {seed}, limit {limit}:\n{chunks:#?}"
+        );
     }
 }
 
