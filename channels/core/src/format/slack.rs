@@ -57,7 +57,16 @@ fn code_block(code: &str, out: &mut String) {
         return;
     }
     out.push_str("```\n");
-    escape(code, out);
+    let mut ticks = 0;
+    for c in code.chars() {
+        // Slack ends a block at any ``` and has no escape: a zero-width space splits one.
+        ticks = if c == '`' { ticks + 1 } else { 0 };
+        if ticks == 3 {
+            out.push('\u{200B}');
+            ticks = 1;
+        }
+        escape_char(c, out);
+    }
     out.push_str("\n```");
 }
 
@@ -80,6 +89,8 @@ fn inline(nodes: &[Inline], in_bold: bool, out: &mut String) {
         match n {
             Inline::Text(t) => escape_text(t, out),
             Inline::Url(t) => escape(t, out),
+            // Slack ends a code span at any backtick: one with a backtick shows as text.
+            Inline::Code(t) if t.contains('`') => escape(t, out),
             Inline::Code(t) => {
                 escape(t, &mut inner);
                 wrap(out, "`", &inner);
@@ -189,11 +200,15 @@ fn is_mention(token: &str) -> bool {
 /// Escape `& < >`, the only characters Slack requires escaped.
 fn escape(text: &str, out: &mut String) {
     for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            _ => out.push(c),
-        }
+        escape_char(c, out);
+    }
+}
+
+fn escape_char(c: char, out: &mut String) {
+    match c {
+        '&' => out.push_str("&amp;"),
+        '<' => out.push_str("&lt;"),
+        '>' => out.push_str("&gt;"),
+        _ => out.push(c),
     }
 }

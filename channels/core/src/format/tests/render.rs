@@ -136,6 +136,13 @@ fn slack_mrkdwn() {
                 "```\na | b\n--+--\n1 | 2\n```",
             ),
             ("**unbalanced", "**unbalanced"),
+            // Slack has no escape for backticks: a ``` inside a block is split by a
+            // zero-width space, and a code span holding one shows as text.
+            (
+                "````md\n```sh\nls\n```\n````",
+                "```\n``\u{200B}`sh\nls\n``\u{200B}`\n```",
+            ),
+            ("`` a`b ``", "a`b"),
             // Mentions the model writes back pass; broadcasts and look-alikes do not.
             (
                 "ask <@U0BOB0001> in <#C0123ABCD|general>",
