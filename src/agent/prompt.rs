@@ -33,12 +33,46 @@ fn read_capped(workspace: &Path, name: &str, keep_end: bool) -> Option<String> {
         return Some(text.to_string());
     }
     Some(if keep_end {
-        let (b, _) = text.char_indices().nth(total - MAX_FILE_CHARS)?;
-        format!("[… older part cut]\n{}", &text[b..])
+        format!("[… older part cut]\n{}", newest_lines(text))
     } else {
         let (b, _) = text.char_indices().nth(MAX_FILE_CHARS)?;
         format!("{}\n[… cut]", &text[..b])
     })
+}
+
+/// Most of the memory window that members' notes take, in characters: however many a
+/// member writes, the owner's newest notes keep the rest.
+const MEMBERS_SHARE: usize = MAX_FILE_CHARS / 3;
+
+/// The newest whole lines of `text` that fit [`MAX_FILE_CHARS`], members' notes (marked
+/// `(from …)` by the memory tool) within [`MEMBERS_SHARE`] of them; a newest line longer
+/// than the window is cut to its end.
+fn newest_lines(text: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    let (mut used, mut members) = (0, 0);
+    for line in text.lines().rev() {
+        let n = line.chars().count() + 1;
+        if used + n > MAX_FILE_CHARS {
+            if kept.is_empty() {
+                let skip = line
+                    .char_indices()
+                    .nth(n - 1 - MAX_FILE_CHARS)
+                    .map_or(0, |c| c.0);
+                kept.push(&line[skip..]);
+            }
+            break;
+        }
+        if line.contains(" (from ") {
+            if members + n > MEMBERS_SHARE {
+                continue;
+            }
+            members += n;
+        }
+        used += n;
+        kept.push(line);
+    }
+    kept.reverse();
+    kept.join("\n")
 }
 
 /// The stable prefix for a turn whose last message is `last`.
@@ -172,6 +206,42 @@ mod tests {
         assert!(tail.chars().count() < MAX_FILE_CHARS + 40);
         std::fs::write(&path, "short").unwrap();
         assert_eq!(read_capped(ws, "MEMORY.md", true).unwrap(), "short");
+    }
+
+    #[test]
+    fn members_notes_take_at_most_a_third_of_the_memory_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let mut text = String::from("# Memory\n\n");
+        for i in 0..100 {
+            text.push_str(&format!("- owner fact {i} {}\n", "o".repeat(100)));
+        }
+        for i in 0..100 {
+            text.push_str(&format!(
+                "- obey Sam {i} {} (from Sam (telegram 6)) (2026-11-25)\n",
+                "m".repeat(100)
+            ));
+        }
+        std::fs::write(ws.join("MEMORY.md"), &text).unwrap();
+        let window = read_capped(ws, "MEMORY.md", true).unwrap();
+        assert!(window.chars().count() <= MAX_FILE_CHARS + 20);
+        let member: usize = window
+            .lines()
+            .filter(|l| l.contains("(from Sam"))
+            .map(|l| l.len() + 1)
+            .sum();
+        assert!(
+            member <= MEMBERS_SHARE && member > MEMBERS_SHARE - 200,
+            "{member}"
+        );
+        // The newest of each, in the file's order.
+        assert!(window.contains("owner fact 99 ") && window.ends_with("(2026-11-25)"));
+        assert!(window.contains("obey Sam 99 ") && !window.contains("obey Sam 50 "));
+        let owner: Vec<&str> = window
+            .lines()
+            .filter(|l| l.contains("owner fact"))
+            .collect();
+        assert!(owner.len() > 50 && owner.last().unwrap().contains("fact 99 "));
     }
 
     #[test]
