@@ -48,16 +48,34 @@ const LINE: usize = 1;
 const WORD: usize = 2;
 const HARD: usize = 3;
 
-/// Split `text` into chunks of at most `max` characters (see [`super::chunk_markdown`]).
-pub(super) fn chunk(text: &str, max: usize) -> Vec<String> {
+/// How a platform counts a message's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Count {
+    Chars,
+    /// UTF-16 code units (Telegram): an emoji counts two.
+    Utf16,
+}
+
+impl Count {
+    fn of(self, c: char) -> usize {
+        match self {
+            Count::Chars => 1,
+            Count::Utf16 => c.len_utf16(),
+        }
+    }
+}
+
+/// Split `text` into chunks of at most `max` characters, or UTF-16 units (see
+/// [`super::chunk_markdown`]).
+pub(super) fn chunk(text: &str, max: usize, count: Count) -> Vec<String> {
     let max = max.max(1);
     if text.trim().is_empty() {
         return Vec::new();
     }
-    if text.chars().count() <= max {
+    if text.chars().map(|c| count.of(c)).sum::<usize>() <= max {
         return vec![text.to_string()];
     }
-    Chunker::new(text, max).run()
+    Chunker::new(text, max, count).run()
 }
 
 struct Chunker {
@@ -70,11 +88,13 @@ struct Chunker {
     nonws_end: Vec<usize>,
     /// Per line: the chars `[from, to)` of the paragraph or list item text it is in.
     spans: Vec<Option<(usize, usize)>>,
+    /// `units[c]`: the length of the chars before `c`, as the platform counts it.
+    units: Vec<usize>,
     max: usize,
 }
 
 impl Chunker {
-    fn new(text: &str, max: usize) -> Self {
+    fn new(text: &str, max: usize, count: Count) -> Self {
         let chars: Vec<char> = text.chars().collect();
         let mut starts = Vec::new();
         let mut kinds = Vec::new();
@@ -120,6 +140,11 @@ impl Chunker {
             nonws_end.push(last);
         }
         let spans = inline_runs(text, &starts, chars.len());
+        let mut units = Vec::with_capacity(chars.len() + 1);
+        units.push(0);
+        for &c in &chars {
+            units.push(units[units.len() - 1] + count.of(c));
+        }
         Self {
             chars,
             starts,
@@ -127,6 +152,7 @@ impl Chunker {
             fences,
             nonws_end,
             spans,
+            units,
             max,
         }
     }
@@ -157,7 +183,7 @@ impl Chunker {
                 }
                 None => {
                     // Nothing valid fits (a limit smaller than a fence line): cut raw.
-                    let c = (s + self.max).min(n);
+                    let c = self.reach(s, self.max).max(s + 1);
                     let piece: String = self.chars[s..c].iter().collect();
                     if !piece.trim().is_empty() {
                         chunks.push(piece);
@@ -189,7 +215,7 @@ impl Chunker {
                     }
                     room = room.max(close.len());
                 }
-                _ => room = (self.max.saturating_sub(header) + 1).saturating_sub(c - s),
+                _ => room = (self.max.saturating_sub(header) + 1).saturating_sub(self.len(s, c)),
             }
             match self.choose(s, header + room) {
                 Some(next) if self.rank(next) <= self.rank(first) => c = next,
@@ -217,11 +243,11 @@ impl Chunker {
     /// The best cut for a chunk starting at `s`.
     fn choose(&self, s: usize, header: usize) -> Option<usize> {
         let room = self.max.saturating_sub(header);
-        let hi = (self.chars.len() - 1).min(s + room);
+        let hi = (self.chars.len() - 1).min(self.reach(s, room));
         let min_len = room * 3 / 10;
         let mut best = [None; 4];
         for c in (s + 1..=hi).rev() {
-            if c - s < min_len && best.iter().any(Option::is_some) {
+            if self.len(s, c) < min_len && best.iter().any(Option::is_some) {
                 break;
             }
             let Some(rank) = self.rank(c) else { continue };
@@ -229,13 +255,13 @@ impl Chunker {
                 continue;
             }
             best[rank] = Some(c);
-            if rank == PARAGRAPH && c - s >= min_len {
+            if rank == PARAGRAPH && self.len(s, c) >= min_len {
                 break;
             }
         }
         best.iter()
             .flatten()
-            .find(|&&c| c - s >= min_len)
+            .find(|&&c| self.len(s, c) >= min_len)
             .or_else(|| best.iter().flatten().next())
             .copied()
     }
@@ -287,7 +313,7 @@ impl Chunker {
             At::Outside => 0,
             At::Inside(f) => self.fences[f].close.len(),
         };
-        Some(header + (end - s) + close)
+        Some(header + self.len(s, end) + close)
     }
 
     /// The chunk `[s, c)` as text, `close` after it.
@@ -334,6 +360,17 @@ impl Chunker {
             }
         }
         p
+    }
+
+    /// The length of the chars `[s, c)` as the platform counts it.
+    fn len(&self, s: usize, c: usize) -> usize {
+        self.units[c] - self.units[s]
+    }
+
+    /// The furthest `c` with `[s, c)` within `room`.
+    fn reach(&self, s: usize, room: usize) -> usize {
+        let limit = self.units[s] + room;
+        self.units.partition_point(|&u| u <= limit) - 1
     }
 
     fn line_of(&self, c: usize) -> usize {

@@ -32,7 +32,21 @@ use crate::{Capabilities, Dialect};
 /// dropped; no chunk is empty or whitespace-only, so a blank `text` gives no chunks. A text
 /// within the limit comes back as one chunk, unchanged. A `max_chars` of 0 counts as 1.
 pub fn chunk_markdown(text: &str, max_chars: usize) -> Vec<String> {
-    chunk::chunk(text, max_chars)
+    chunk::chunk(text, max_chars, chunk::Count::Chars)
+}
+
+/// [`chunk_markdown`] counting UTF-16 code units, as Telegram does (an emoji counts two),
+/// so emoji-heavy text is not cut into pieces that must be split again.
+pub fn chunk_markdown_utf16(text: &str, max_units: usize) -> Vec<String> {
+    chunk::chunk(text, max_units, chunk::Count::Utf16)
+}
+
+/// Chunk for `dialect`: in UTF-16 units for Telegram, characters for the others.
+fn chunk_for(text: &str, max: usize, dialect: Dialect) -> Vec<String> {
+    match dialect {
+        Dialect::TelegramHtml => chunk_markdown_utf16(text, max),
+        _ => chunk_markdown(text, max),
+    }
 }
 
 /// Render markdown in a platform dialect.
@@ -59,7 +73,7 @@ pub fn render(text: &str, dialect: Dialect) -> String {
 pub fn render_chunks(text: &str, caps: Capabilities) -> Vec<String> {
     let max = caps.max_message_len.max(1);
     let mut out = Vec::new();
-    for piece in chunk_markdown(text, max) {
+    for piece in chunk_for(text, max, caps.dialect) {
         fit(&piece, max, max, caps.dialect, &mut out);
     }
     out
@@ -78,7 +92,7 @@ fn fit(piece: &str, limit: usize, max: usize, dialect: Dialect, out: &mut Vec<St
     // Shrink in proportion to the overflow; always strictly, so this ends.
     let source = piece.chars().count().min(limit);
     let smaller = (source * max / len).clamp(1, limit - 1);
-    for sub in chunk_markdown(piece, smaller) {
+    for sub in chunk_for(piece, smaller, dialect) {
         fit(&sub, smaller, max, dialect, out);
     }
 }

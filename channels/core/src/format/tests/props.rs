@@ -362,3 +362,29 @@ fn telegram_limit_counts_visible_text_not_tags() {
     );
     assert_eq!(visible_len("<b>a</b> &amp; 😀", Dialect::TelegramHtml), 6);
 }
+
+#[test]
+fn telegram_chunks_count_utf16_units_so_emoji_text_takes_no_extra_message() {
+    let text = "ab😀 ".repeat(1100); // 4 400 chars, 5 500 UTF-16 units
+    let caps = Capabilities {
+        edits: false,
+        typing: false,
+        threads: false,
+        max_message_len: 4096,
+        dialect: Dialect::TelegramHtml,
+    };
+    let messages = render_chunks(&text, caps);
+    assert_eq!(
+        messages.len(),
+        2,
+        "5 500 units fit in two messages of 4 096"
+    );
+    for m in &messages {
+        assert!(visible_len(m, Dialect::TelegramHtml) <= 4096);
+    }
+    assert_eq!(messages.concat().matches("ab😀").count(), 1100);
+    // A chunk counted in units holds fewer emoji than one counted in characters.
+    let units = crate::format::chunk_markdown_utf16(&text, 4096);
+    assert_eq!(units.len(), 2);
+    assert!(units[0].encode_utf16().count() <= 4096 && units[0].chars().count() < 4096);
+}
