@@ -15,7 +15,9 @@ use crate::config::Config;
 
 /// Who a turn over `msgs` acts for when that is a member; `None` when it acts for the
 /// owner: their own messages, the heartbeat (`HEARTBEAT.md` is theirs), and the runs of
-/// jobs they set (or set from the command line). `files`: those sent in the chat
+/// jobs they set in a direct chat (or from the command line). A job set in a group runs
+/// unwatched among what members wrote there, so even the owner's runs with a member's
+/// limits, in the owner's name. `files`: those sent in the chat
 /// ([`super::session::Session::files`]).
 pub fn of_turn(config: &Config, msgs: &[InboundMessage], files: &[PathBuf]) -> Option<Member> {
     if !config.names_owners() {
@@ -31,12 +33,15 @@ pub fn of_turn(config: &Config, msgs: &[InboundMessage], files: &[PathBuf]) -> O
                 folder_of(&m.key.channel, &m.sender.id),
             )),
             Origin::System(SystemOrigin::Heartbeat) => {}
-            Origin::System(_) => people.extend(
-                crate::access::setters(std::slice::from_ref(m))
-                    .iter()
-                    .filter(|s| !s.is_owner(config))
-                    .map(|s| (s.to_string(), folder_of(&s.channel, &s.id))),
-            ),
+            Origin::System(origin) => {
+                let unwatched = m.is_group && matches!(origin, SystemOrigin::Cron { .. });
+                people.extend(
+                    crate::access::setters(std::slice::from_ref(m))
+                        .iter()
+                        .filter(|s| unwatched || !s.is_owner(config))
+                        .map(|s| (s.to_string(), folder_of(&s.channel, &s.id))),
+                )
+            }
         }
     }
     let mut seen = std::collections::HashSet::new();
@@ -128,6 +133,12 @@ mod tests {
         assert_eq!(of_turn(&config, &[run_set_by("1")], &[]), None);
         let run = of_turn(&config, &[run_set_by("2")], &[]).unwrap();
         assert_eq!(run.name, "telegram user 2");
+        // The owner's job set in a group runs there with a member's limits.
+        let mut in_group = run_set_by("1");
+        in_group.is_group = true;
+        let run = of_turn(&config, &[in_group], &[]).unwrap();
+        assert_eq!(run.name, "telegram user 1");
+        assert_eq!(run.folder.as_deref(), Some("members/telegram-1"));
         let mut beat = msg("hb", false);
         beat.origin = Origin::System(SystemOrigin::Heartbeat);
         assert_eq!(of_turn(&config, &[beat], &[]), None);
