@@ -57,6 +57,42 @@ pub fn of_turn(config: &Config, msgs: &[InboundMessage], files: &[PathBuf]) -> O
     })
 }
 
+/// Who wrote a group message, as the model sees it: `owner · Ann` or `member · Sam` where
+/// owners are named (`owners`), else the name alone. The name they chose cannot forge the
+/// mark: brackets and line breaks in it become spaces.
+pub fn speaker(sender: &Sender, owners: bool) -> String {
+    let name: String = sender
+        .display_name
+        .chars()
+        .map(|c| {
+            if matches!(c, '[' | ']') || c.is_control() {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
+    match (owners, sender.is_owner) {
+        (false, _) => name,
+        (true, true) => format!("{OWNER_MARK}{name}"),
+        (true, false) => format!("{MEMBER_MARK}{name}"),
+    }
+}
+
+const OWNER_MARK: &str = "owner · ";
+const MEMBER_MARK: &str = "member · ";
+
+/// `text` with any `[owner · ` in it made plain (`[owner - `), so no one's words can look
+/// like a line the owner wrote in a group.
+pub fn unforged(text: &str) -> std::borrow::Cow<'_, str> {
+    let forged = format!("[{OWNER_MARK}");
+    if text.contains(&forged) {
+        text.replace(&forged, "[owner - ").into()
+    } else {
+        text.into()
+    }
+}
+
 /// `Sam (@sam, telegram 6006)`: the name they chose, and who they are on their channel.
 fn name_of(s: &Sender, channel: &str) -> String {
     match &s.username {

@@ -129,11 +129,11 @@ pub fn complete(produced: &mut Vec<ChatMessage>, text: &str) {
 
 /// Put `extra` messages (arrived after the unfinished turn's, and joined to its next run)
 /// after its progress, as a user message of their own.
-pub fn add_extra(produced: &mut Vec<ChatMessage>, extra: &[InboundMessage]) {
+pub fn add_extra(produced: &mut Vec<ChatMessage>, extra: &[InboundMessage], owners: bool) {
     if !extra.is_empty() {
         produced.push(ChatMessage::new(
             Role::User,
-            super::Agent::user_content(extra),
+            super::Agent::user_content(extra, owners),
         ));
     }
 }

@@ -57,8 +57,9 @@ fn empty_answer_fallback(last: &InboundMessage, produced: &[ChatMessage]) -> Opt
 }
 
 impl Agent {
-    /// The user turn as the model sees it.
-    pub(super) fn user_content(messages: &[InboundMessage]) -> String {
+    /// The user turn as the model sees it. In a group each message says who wrote it
+    /// ([`super::member::speaker`]; `owners`: whether the config names owners).
+    pub(super) fn user_content(messages: &[InboundMessage], owners: bool) -> String {
         let mut parts = Vec::with_capacity(messages.len());
         for m in messages {
             // A bare mention of the bot ("@bot" alone in a group) is still a question.
@@ -68,7 +69,11 @@ impl Agent {
                 m.text.clone()
             };
             let mut text = match &m.origin {
-                Origin::User if m.is_group => format!("[{}] {said}", m.sender.display_name),
+                Origin::User if m.is_group => format!(
+                    "[{}] {}",
+                    super::member::speaker(&m.sender, owners),
+                    super::member::unforged(&said)
+                ),
                 Origin::User => said,
                 Origin::System(SystemOrigin::Cron { job_id }) => {
                     format!("[scheduled job {job_id}] {}", m.text)
@@ -166,7 +171,10 @@ impl Agent {
         let ids: Vec<String> = turn.messages.iter().map(|m| m.id.clone()).collect();
         let user = match &resumed {
             Some(u) => u.user.clone(),
-            None => ChatMessage::new(Role::User, Self::user_content(&turn.messages)),
+            None => ChatMessage::new(
+                Role::User,
+                Self::user_content(&turn.messages, self.config.names_owners()),
+            ),
         };
         let mut history: Vec<ChatMessage> =
             session.window(self.config.agent.history_messages).to_vec();
@@ -199,7 +207,8 @@ impl Agent {
         if let Some(u) = resumed {
             tracing::info!(%key, steps = u.iteration, "resuming a turn the gateway stopped during");
             state.produced = u.produced;
-            resume::add_extra(&mut state.produced, &turn.messages[u.ids.len()..]);
+            let owners = self.config.names_owners();
+            resume::add_extra(&mut state.produced, &turn.messages[u.ids.len()..], owners);
             state.iteration = u.iteration;
             spec.steering.extend(steering::resumed());
         }
