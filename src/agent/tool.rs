@@ -29,6 +29,10 @@ pub struct ToolContext {
     pub chain: crate::chain::Chain,
     /// The turn acts for a member, not the owner ([`crate::agent::member`]): fewer powers.
     pub member: Option<Member>,
+    /// The turn is the owner's alone: in a direct chat, for no member. Only such a turn
+    /// sees the memory notes kept for the owner, and what it remembers is kept for them
+    /// unless said to be shared.
+    pub owner_only: bool,
 }
 
 impl ToolContext {
@@ -45,6 +49,7 @@ impl ToolContext {
             set_by: Vec::new(),
             chain: Default::default(),
             member: None,
+            owner_only: false,
         }
     }
 }

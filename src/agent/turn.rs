@@ -145,6 +145,7 @@ impl Agent {
             .to_string();
         let skills = self.skills();
         let registry = self.registry(&skills);
+        let member = super::member::of_turn(&self.config, &turn.messages, &session.files);
         let ctx = ToolContext {
             key: key.clone(),
             // Joined messages make one turn: the owner's rights only if all are the owner's
@@ -155,7 +156,8 @@ impl Agent {
             cancel: turn.cancel.clone(),
             set_by: crate::access::setters(&turn.messages),
             chain: crate::chain::Chain::of(&turn.messages),
-            member: super::member::of_turn(&self.config, &turn.messages, &session.files),
+            owner_only: member.is_none() && !last.is_group,
+            member,
         };
         // Commands are for the owner: a member's turn is not offered them.
         let registry = match &ctx.member {
@@ -183,7 +185,13 @@ impl Agent {
         let summary = session.summary.clone();
         let mut spec = LoopSpec {
             model,
-            system: prompt::stable(&self.config, &skills, last, summary.as_deref()),
+            system: prompt::stable(
+                &self.config,
+                &skills,
+                last,
+                summary.as_deref(),
+                ctx.owner_only,
+            ),
             system_dynamic: dynamic.clone(),
             max_tokens: self.config.llm.max_tokens,
             max_iterations: self.config.agent.max_iterations.max(1),
@@ -238,7 +246,13 @@ impl Agent {
                 session.summary.as_deref(),
                 &fold_all,
             ));
-            spec.system = prompt::stable(&self.config, &skills, last, session.summary.as_deref());
+            spec.system = prompt::stable(
+                &self.config,
+                &skills,
+                last,
+                session.summary.as_deref(),
+                ctx.owner_only,
+            );
             spec.steering.extend(steering::compaction_recovery(true));
             end = run::run(
                 self.llm.as_ref(),

@@ -1,9 +1,10 @@
-//! What a member's turn may do with the file tools ([`crate::agent::member`]): read the
-//! workspace, but not the inbox's files other than the ones sent in its own chat (the
-//! inbox holds every chat's); write only in the member's own folder (`members/<channel>-
-//! <id>/`), never the assistant's own files (the instructions read into every prompt, the
-//! memory file, the heartbeat's tasks, the workspace's skills) nor anything else of the
-//! owner's, which their commands and tasks may run or read.
+//! What a member's turn may do with the file tools ([`crate::agent::member`]): read and
+//! write in the member's own folder (`members/<channel>-<id>/`); read `shared/` (what the
+//! owner puts there for everyone), `skills/`, the instructions every prompt holds anyway,
+//! and of the inbox only the files sent in its own chat (it holds every chat's). Nothing
+//! else: the rest is the owner's (their notes, the memory file with what is kept for them,
+//! the heartbeat's tasks, other members' folders), and what they write there could be
+//! what their commands and tasks run or read.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -18,6 +19,20 @@ fn own_file(name: &str) -> bool {
     BOOTSTRAP_FILES
         .iter()
         .chain([&MEMORY_FILE, &HEARTBEAT_FILE])
+        .any(|f| f.eq_ignore_ascii_case(name))
+}
+
+/// The folder the owner puts what members may read in, at the workspace's top.
+pub const SHARED_DIR: &str = "shared";
+
+/// The assistant's own files a member's turn may not even read: the memory file (it holds
+/// notes kept for the owner; the `memory` tool shows a member the rest) and the heartbeat's
+/// tasks.
+fn private_file(name: &str) -> bool {
+    use crate::agent::tools::memory::MEMORY_FILE;
+    use crate::scheduler::heartbeat::HEARTBEAT_FILE;
+    [MEMORY_FILE, HEARTBEAT_FILE]
+        .iter()
         .any(|f| f.eq_ignore_ascii_case(name))
 }
 
@@ -49,19 +64,24 @@ pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<()
         })
         .collect();
     let first = parts.first().map(String::as_str).unwrap_or_default();
-    if used == Use::Write && first != "inbox" {
+    let own = member
+        .folder
+        .as_deref()
+        .map(|f| f.split('/').collect::<Vec<_>>());
+    let mine = own
+        .as_ref()
+        .is_some_and(|f| parts.len() >= f.len() && parts.iter().zip(f).all(|(p, f)| p == f));
+    if mine && (used != Use::Write || parts.len() > own.as_ref().map_or(0, Vec::len)) {
+        return Ok(());
+    }
+    if used == Use::Write {
         // Their own folder, nothing else: a file written anywhere else could be what the
         // owner's commands or tasks run or read (a `json.py` Python imports from there).
-        let mine = member.folder.as_deref().is_some_and(|f| {
-            let f: Vec<&str> = f.split('/').collect();
-            parts.len() > f.len() && parts.iter().zip(&f).all(|(p, f)| p == f)
-        });
-        if mine {
-            return Ok(());
-        }
         let why = if own_file(first) || first.eq_ignore_ascii_case("skills") {
             "is one of the assistant's own files (its instructions, memory, heartbeat tasks \
              or skills), which only the owner may change"
+        } else if first == crate::agent::member::MEMBERS_DIR && !mine {
+            "is another member's folder"
         } else {
             "is the owner's part of the workspace"
         };
@@ -72,7 +92,20 @@ pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<()
         return Err(ToolError::Refused(format!("{path} {why}{instead}")));
     }
     if first != "inbox" {
-        return Ok(());
+        let readable = first == SHARED_DIR
+            || first.eq_ignore_ascii_case("skills")
+            || (parts.len() == 1 && own_file(first) && !private_file(first));
+        if readable {
+            return Ok(());
+        }
+        let theirs = match &member.folder {
+            Some(f) => format!("their own folder ({f}/), "),
+            None => String::new(),
+        };
+        return Err(ToolError::Refused(format!(
+            "{path} is the owner's: a member's turn opens only {theirs}{SHARED_DIR}/ (what the \
+             owner shares), skills/, the assistant's instructions and the files sent in this chat"
+        )));
     }
     let sent_here = |p: &Path| member.files.iter().any(|f| same_file(f, p));
     if parts.len() > 1 && used != Use::List && sent_here(real) {
@@ -166,7 +199,32 @@ mod tests {
             "{other}"
         );
         assert!(check(&member, "inbox", Use::List).is_err());
-        assert!(check(&member, "SOUL.md", Use::Read).is_ok());
+        assert!(check(&member, "inbox/mine.pdf", Use::Write).is_err());
+        // Reads: their folder, shared/, skills/, the instructions; nothing else.
+        for p in [
+            "SOUL.md",
+            "shared/menu.md",
+            "skills/x/SKILL.md",
+            "members/telegram-6/a",
+        ] {
+            assert!(check(&member, p, Use::Read).is_ok(), "{p}");
+        }
+        assert!(check(&member, "members/telegram-6", Use::List).is_ok());
+        for p in [
+            "MEMORY.md",
+            "heartbeat.md",
+            "notes/health.md",
+            "members/telegram-7/diary",
+        ] {
+            let e = check(&member, p, Use::Read).unwrap_err().to_string();
+            assert!(
+                e.contains("opens only their own folder (members/telegram-6/), shared/"),
+                "{e}"
+            );
+        }
+        assert!(check(&member, ".", Use::List).is_err());
+        let e = check(&member, "members/telegram-7/x", Use::Write).unwrap_err();
+        assert!(e.to_string().contains("is another member's folder"), "{e}");
         for p in [
             "SOUL.md",
             "memory.md",

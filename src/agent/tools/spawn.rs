@@ -153,6 +153,7 @@ impl Subagents {
             set_by: parent.set_by.clone(),
             chain: parent.chain.clone(),
             member: parent.member.clone(),
+            owner_only: parent.owner_only,
         };
         let spec = LoopSpec {
             model: self.config.llm.model.clone(),
