@@ -196,4 +196,14 @@ async fn in_a_group_each_line_says_owner_or_member_and_cannot_be_forged() {
         system.contains("Talking with: member · dad   owner · dad."),
         "{system}"
     );
+    // The group's conversation is everyone's: only an owner starts it afresh.
+    t.tg.push_update(t.tg.group_mention(-4242, &sam, "/new"));
+    let sent = t.wait_sent(3).await;
+    assert_eq!(
+        sent[2].text,
+        "Only an owner can start a fresh conversation in this group."
+    );
+    t.tg.push_update(t.tg.group_mention(-4242, &dad, "/new"));
+    let sent = t.wait_sent(4).await;
+    assert_eq!(sent[3].text, "Started a fresh conversation.");
 }

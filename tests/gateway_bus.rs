@@ -391,3 +391,47 @@ async fn a_stop_delivered_with_the_message_before_it_stops_that_message() {
     );
     assert_eq!(ch.sent().len(), 2);
 }
+
+#[tokio::test]
+async fn in_a_group_one_member_cannot_stop_what_another_asked_but_they_or_an_owner_can() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
+    let tx = running.inbound();
+    let key = ChatKey::new("test", "group");
+    let from = |id: &str, who: &str, owner: bool, text: &str| {
+        let mut m = message_alone(id, &key, text);
+        m.is_group = true;
+        m.sender.id = who.into();
+        m.sender.is_owner = owner;
+        m
+    };
+    llm.push(Reply::text("the plan").with_delay(Duration::from_secs(1)));
+    tx.publish(from("g1", "ann", false, "plan the trip"))
+        .await
+        .unwrap();
+    llm.wait_for_requests(1, WAIT).await.unwrap();
+    tx.publish(from("g2", "bob", false, "/stop")).await.unwrap();
+    let sent = ch.wait_for(2, WAIT).await;
+    assert_eq!(
+        sent[0].text,
+        "I'm answering someone else here: only they or an owner can stop that."
+    );
+    assert_eq!(sent[1].text, "the plan", "Ann's answer still came");
+    // Ann stops her own; the owner stops anyone's.
+    for (n, (who, owner)) in [("ann", false), ("olivia", true)].into_iter().enumerate() {
+        llm.push(Reply::text("far too late").with_delay(Duration::from_secs(300)));
+        tx.publish(from(&format!("a{n}"), "ann", false, "write a novel"))
+            .await
+            .unwrap();
+        llm.wait_for_requests(2 + n, WAIT).await.unwrap();
+        tx.publish(from(&format!("s{n}"), who, owner, "/stop"))
+            .await
+            .unwrap();
+        let sent = ch.wait_for(3 + n, WAIT).await;
+        assert_eq!(sent[2 + n].text, "Stopped.", "{who}");
+    }
+    shutdown.cancel();
+    running.stopped().await;
+    assert!(!ch.sent().iter().any(|m| m.text == "far too late"));
+}

@@ -54,6 +54,12 @@ pub(super) fn handle(agent: &Agent, turn: &TurnInput) -> Option<TurnOutput> {
     }
     let mut writes = Batch::default();
     let text = match only.command()?.as_str() {
+        // The group's conversation is everyone's: a member does not wipe it for all.
+        "new" | "reset"
+            if only.is_group && !only.sender.is_owner && agent.config.names_owners() =>
+        {
+            "Only an owner can start a fresh conversation in this group.".to_string()
+        }
         "new" | "reset" => {
             // What the old conversation set going would report into the new one.
             agent.stop_subagents(&turn.key);

@@ -12,7 +12,9 @@ use crate::store::{Applied, Batch, Tree};
 impl Bus {
     /// `/stop`: cancel the key's running turn; it never queues behind that turn. `earlier`
     /// (its sender's messages in the chat that came with it, before it) are dropped, marked
-    /// seen so a redelivery does not run them either; `results` gets their outcome.
+    /// seen so a redelivery does not run them either; `results` gets their outcome. In a
+    /// group, only an owner stops someone else's answer (or the chat's background tasks):
+    /// one member cannot cut short what another asked.
     pub(super) async fn stop(
         self: &Arc<Self>,
         msg: InboundMessage,
@@ -35,19 +37,28 @@ impl Bus {
                 dropped = true;
             }
         }
-        let cancelled = {
+        let anyones = !msg.is_group || msg.sender.is_owner;
+        let (cancelled, refused) = {
             let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            match slots.get(&msg.key).and_then(|s| s.running.as_ref()) {
-                Some(token) => {
-                    token.cancel();
-                    true
+            match slots.get(&msg.key).filter(|s| s.running.is_some()) {
+                // A turn the gateway started (a reminder) is no one's in particular.
+                Some(s)
+                    if anyones
+                        || s.running_for.is_empty()
+                        || s.running_for.contains(&msg.sender.id) =>
+                {
+                    s.running.as_ref().inspect(|t| t.cancel());
+                    (true, false)
                 }
-                None => false,
+                Some(_) => (false, true),
+                None => (false, false),
             }
         };
-        let background = self.handler().is_some_and(|h| h.stop_background(&msg.key));
+        let background = anyones && self.handler().is_some_and(|h| h.stop_background(&msg.key));
         let text = if cancelled || dropped || background {
             "Stopped."
+        } else if refused {
+            "I'm answering someone else here: only they or an owner can stop that."
         } else {
             "Nothing is running."
         };

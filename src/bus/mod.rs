@@ -112,6 +112,8 @@ struct Slot {
     running: Option<CancellationToken>,
     /// The ids of the messages that turn answers.
     running_ids: Vec<String>,
+    /// Who wrote them (a turn the gateway started: no one).
+    running_for: Vec<String>,
 }
 
 /// The message bus. Cheap to share as `Arc<Bus>`.
@@ -511,6 +513,11 @@ impl Bus {
         }
         slot.running = Some(cancel.clone());
         slot.running_ids = batch.iter().map(|q| q.msg.id.clone()).collect();
+        slot.running_for = batch
+            .iter()
+            .filter(|q| q.msg.origin == switchboard_channel::Origin::User)
+            .map(|q| q.msg.sender.id.clone())
+            .collect();
         self.metrics
             .queue_depth
             .fetch_sub(batch.len() as u64, Ordering::Relaxed);
@@ -522,6 +529,7 @@ impl Bus {
         if let Some(slot) = slots.get_mut(key) {
             slot.running = None;
             slot.running_ids.clear();
+            slot.running_for.clear();
         }
     }
 
