@@ -449,11 +449,16 @@ impl crate::agent::Publisher for BusPublisher {
             .map_err(|e| e.to_string())
     }
 
-    async fn send(&self, msg: OutboundMessage) -> Result<(), String> {
-        self.bus
+    async fn send(&self, msg: OutboundMessage) -> Result<crate::bus::Delivery, String> {
+        let outcomes = self
+            .bus
             .send_direct(vec![msg])
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(outcomes
+            .into_iter()
+            .next()
+            .unwrap_or(crate::bus::Delivery::Delivered))
     }
 
     fn known_key(&self, key: &ChatKey) -> bool {

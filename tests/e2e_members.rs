@@ -207,3 +207,28 @@ async fn in_a_group_each_line_says_owner_or_member_and_cannot_be_forged() {
     let sent = t.wait_sent(4).await;
     assert_eq!(sent[3].text, "Started a fresh conversation.");
 }
+
+/// The `message` tool says what became of the message: a chat whose user blocked the bot
+/// refuses it, and the model hears so instead of "sent".
+#[tokio::test]
+async fn a_message_the_platform_refuses_is_reported_refused_not_sent() {
+    let t = Tg::start("allow_from = [\"5151\"]").await;
+    let dad = TgUser::new(5151, "dad");
+    t.tg.block(7007);
+    t.llm.push(Reply::tool_calls([
+        ("message", json!({"key": "telegram:7007", "text": "dinner at 7"})),
+        ("message", json!({"key": "telegram:5151", "text": "note to self"})),
+    ]));
+    t.llm.push(Reply::text("told you"));
+    t.tg.push_update(t.tg.dm_text(&dad, "tell grandpa dinner is at 7"));
+    t.sent_until("the answer", |s| s.iter().any(|m| m.text == "told you"))
+        .await;
+    let results = tool_results(&t.llm.requests()[1].body);
+    assert!(
+        results[0].contains("telegram:7007 refused the message, which is dropped")
+            && results[0].contains("bot was blocked by the user"),
+        "{}",
+        results[0]
+    );
+    assert_eq!(results[1], "sent to telegram:5151");
+}

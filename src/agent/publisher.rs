@@ -10,8 +10,8 @@ use switchboard_channel::{ChatKey, InboundMessage, OutboundMessage};
 pub trait Publisher: Send + Sync + 'static {
     /// Durably publish an inbound message (a sub-agent's result for its parent chat).
     async fn publish(&self, msg: InboundMessage) -> Result<(), String>;
-    /// Durably send a message to a chat (the `message` tool).
-    async fn send(&self, msg: OutboundMessage) -> Result<(), String>;
+    /// Durably send a message to a chat (the `message` tool), and say what became of it.
+    async fn send(&self, msg: OutboundMessage) -> Result<crate::bus::Delivery, String>;
     /// Whether this gateway has seen `key` (only such chats may be messaged by non-owners).
     fn known_key(&self, key: &ChatKey) -> bool;
 }

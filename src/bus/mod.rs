@@ -28,7 +28,7 @@ use tokio_util::task::TaskTracker;
 use crate::metrics::Metrics;
 use crate::store::{Applied, Batch, Store, StoreError, Tree};
 
-pub use outbox::{ChannelRegistry, Outbox, SWEEP_EVERY, record as record_replies};
+pub use outbox::{ChannelRegistry, Delivery, Outbox, SWEEP_EVERY, record as record_replies};
 pub use seen::SEEN_RETENTION;
 pub(crate) use seen::prune_days;
 
@@ -426,13 +426,17 @@ impl Bus {
     /// Send replies that did not come from a turn (pairing codes, notices, the `message`
     /// tool), durably. In a task of its own: a caller that gives up (a tool's time limit,
     /// `/stop`, a client gone) must not cut a send short, which would send it twice.
-    pub async fn send_direct(&self, replies: Vec<OutboundMessage>) -> Result<(), BusError> {
+    pub async fn send_direct(
+        &self,
+        replies: Vec<OutboundMessage>,
+    ) -> Result<Vec<Delivery>, BusError> {
         let outbox = self.outbox.clone();
-        self.tracker
+        let outcomes = self
+            .tracker
             .spawn(async move { outbox.record_and_deliver(replies, Batch::default()).await })
             .await
             .map_err(|_| BusError::ShuttingDown)??;
-        Ok(())
+        Ok(outcomes)
     }
 
     /// Record replies durably, then deliver them in the background: for intake, which must

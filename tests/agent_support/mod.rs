@@ -140,9 +140,9 @@ impl Publisher for RecordingPublisher {
         }
         Ok(())
     }
-    async fn send(&self, msg: OutboundMessage) -> Result<(), String> {
+    async fn send(&self, msg: OutboundMessage) -> Result<switchboard::bus::Delivery, String> {
         self.sent.lock().unwrap().push(msg);
-        Ok(())
+        Ok(switchboard::bus::Delivery::Delivered)
     }
     fn known_key(&self, key: &ChatKey) -> bool {
         self.known.contains(key)

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use switchboard_channel::{ChatKey, OutboundMessage};
 
 use crate::agent::publisher::Publisher;
+use crate::bus::Delivery;
 use crate::agent::tool::{Tool, ToolContext, ToolError};
 
 /// `message`: an outbound message to `key`.
@@ -49,10 +50,19 @@ impl Tool for Message {
         if let Some(m) = &ctx.member {
             text = format!("From {}:\n{text}", m.name);
         }
-        self.publisher
+        let outcome = self
+            .publisher
             .send(OutboundMessage::new(key.clone(), text))
             .await
             .map_err(|e| ToolError::Failed(format!("could not send to {key}: {e}")))?;
-        Ok(format!("sent to {key}"))
+        match outcome {
+            Delivery::Delivered => Ok(format!("sent to {key}")),
+            Delivery::Refused(why) => Err(ToolError::Failed(format!(
+                "{key} refused the message, which is dropped: {why}"
+            ))),
+            Delivery::Later(why) => Ok(format!(
+                "not delivered to {key} yet ({why}); it is kept and tried again"
+            )),
+        }
     }
 }

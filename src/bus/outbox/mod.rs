@@ -153,34 +153,40 @@ impl Outbox {
         }
     }
 
+    /// Record replies, then deliver them: what became of each, in order.
     pub async fn record_and_deliver(
         &self,
         replies: Vec<OutboundMessage>,
         writes: Batch,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Vec<Delivery>, StoreError> {
         let entries = self.record(replies, writes).await?;
-        self.deliver(entries).await;
-        Ok(())
+        Ok(self.deliver(entries).await)
     }
 
     /// Send recorded entries in order. Delivered (or refused for good) entries leave the
     /// outbox. An entry still failing after its retries stalls its chat: it and the chat's
-    /// later replies stay for the sweep, which keeps their order.
-    pub async fn deliver(&self, entries: Vec<(u64, OutboundMessage)>) {
+    /// later replies stay for the sweep, which keeps their order. What became of each, in
+    /// order (for a caller that tells someone, as the `message` tool does).
+    pub async fn deliver(&self, entries: Vec<(u64, OutboundMessage)>) -> Vec<Delivery> {
         let mut owned = Owned::new(self, &entries);
+        let mut outcomes = Vec::with_capacity(entries.len());
         // Chats this call stalled: their later entries are kept behind the failed one.
         let mut failed: HashSet<&ChatKey> = HashSet::new();
         for (seq, msg) in &entries {
+            let behind = || Delivery::Later("behind an earlier message to that chat".into());
             if failed.contains(&msg.key) {
                 owned.keep(*seq, false);
+                outcomes.push(behind());
                 continue;
             }
             if self.pending().stalled.contains_key(&msg.key) {
                 // Behind the chat's kept replies: released by `owned` to the sweep, which
                 // is told there is more.
+                outcomes.push(behind());
                 continue;
             }
-            match self.send_entry(*seq, msg).await {
+            let (sent, outcome) = self.send_entry(*seq, msg).await;
+            match sent {
                 Sent::Gone => owned.done(*seq),
                 Sent::Unmarked => owned.unmarked(*seq),
                 Sent::Kept => {
@@ -188,7 +194,9 @@ impl Outbox {
                     failed.insert(&msg.key);
                 }
             }
+            outcomes.push(outcome);
         }
+        outcomes
     }
 
     fn count_stalled(&self, pending: &Pending) {
@@ -198,42 +206,43 @@ impl Outbox {
     }
 
     /// Send one entry.
-    async fn send_entry(&self, seq: u64, msg: &OutboundMessage) -> Sent {
+    async fn send_entry(&self, seq: u64, msg: &OutboundMessage) -> (Sent, Delivery) {
         let channel_name = msg.key.channel.as_str();
-        let done = match self.channel(channel_name) {
+        let outcome = match self.channel(channel_name) {
             None => {
                 tracing::warn!(key = %msg.key,
                     "no such channel is running; reply kept until it runs");
-                false
+                Delivery::Later(format!("the {channel_name} channel is not running"))
             }
             Some(ch) => match self.send_with_retries(ch.as_ref(), msg).await {
                 Ok(()) => {
                     self.metrics.outbound(channel_name);
-                    true
+                    Delivery::Delivered
                 }
                 Err(SendError::Permanent(e)) => {
                     self.metrics.outbound_failed(channel_name);
                     tracing::error!(key = %msg.key, "reply refused by the platform: {e}");
-                    true
+                    Delivery::Refused(e)
                 }
                 Err(e) => {
                     self.metrics.outbound_failed(channel_name);
                     tracing::error!(key = %msg.key,
                         "reply not delivered yet, kept to be tried again: {e}");
-                    false
+                    Delivery::Later(e.to_string())
                 }
             },
         };
-        if !done {
-            return Sent::Kept;
+        if let Delivery::Later(_) = outcome {
+            return (Sent::Kept, outcome);
         }
-        match self.store.delete(Tree::Outbox, &seq.to_be_bytes()) {
+        let sent = match self.store.delete(Tree::Outbox, &seq.to_be_bytes()) {
             Ok(()) => Sent::Gone,
             Err(e) => {
                 tracing::error!("could not mark a reply delivered: {e}");
                 Sent::Unmarked
             }
-        }
+        };
+        (sent, outcome)
     }
 
     async fn send_with_retries(
@@ -276,6 +285,17 @@ impl Outbox {
             }
         }
     }
+}
+
+/// What became of a message handed to [`Outbox::deliver`], as its sender is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    Delivered,
+    /// The platform refused it for good (the bot is not in that channel, the chat is
+    /// gone…); it will not be tried again.
+    Refused(String),
+    /// Not delivered yet; kept and tried again.
+    Later(String),
 }
 
 /// What became of an entry [`Outbox::send_entry`] tried.

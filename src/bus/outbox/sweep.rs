@@ -192,7 +192,7 @@ impl Outbox {
                     continue;
                 }
             }
-            match self.send_entry(*seq, msg).await {
+            match self.send_entry(*seq, msg).await.0 {
                 Sent::Gone => owned.done(*seq),
                 Sent::Unmarked => owned.unmarked(*seq),
                 Sent::Kept => {

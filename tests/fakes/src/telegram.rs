@@ -91,6 +91,8 @@ struct State_ {
     file_rate: Option<u64>,
     /// Groups upgraded to supergroups: old id → new id.
     migrated: HashMap<i64, i64>,
+    /// Chats whose user blocked the bot: sends there get 403.
+    blocked: std::collections::HashSet<i64>,
 }
 
 struct Shared {
@@ -277,6 +279,12 @@ impl FakeTelegram {
     /// `migrate_to_chat_id`, as Telegram does.
     pub fn migrate(&self, old: i64, new: i64) {
         self.shared.lock().migrated.insert(old, new);
+    }
+
+    /// The user of private chat `chat` blocked the bot: sends there get Telegram's 403
+    /// "Forbidden: bot was blocked by the user".
+    pub fn block(&self, chat: i64) {
+        self.shared.lock().blocked.insert(chat);
     }
 
     /// Serve file downloads at `bytes_per_sec` (a slow link), in 10 timed pieces.

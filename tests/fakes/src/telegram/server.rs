@@ -228,6 +228,9 @@ fn send_message(shared: &Shared, p: &Map<String, Value>) -> Response {
         .unwrap_or(false);
     let thread_id = int(p, "message_thread_id");
     let mut st = shared.lock();
+    if st.blocked.contains(&chat_id) {
+        return error(403, "Forbidden: bot was blocked by the user");
+    }
     if let Some(new) = st.migrated.get(&chat_id).copied() {
         return reply(
             StatusCode::BAD_REQUEST,
