@@ -53,10 +53,16 @@ impl Session {
         batch.put(Tree::Sessions, key_bytes(key), body);
     }
 
-    /// Fold every message before the last `keep` (cut at a user message, so tool pairs stay
-    /// together) into the compaction summary. Returns whether anything was folded.
+    /// Once more than `keep` messages are stored, fold all but the last half of `keep` (cut
+    /// at a user message, so tool pairs stay together) into the compaction summary. In
+    /// steps, not one message a turn: the history the model is sent, and the summary in
+    /// its system prompt, then stay the same from turn to turn for a while, which is what
+    /// lets a provider's prompt cache serve them. Returns whether anything was folded.
     pub fn compact(&mut self, keep: usize) -> bool {
-        let start = self.messages.len() - self.window(keep).len();
+        if self.window(keep).len() == self.messages.len() {
+            return false;
+        }
+        let start = self.messages.len() - self.window(keep.div_ceil(2)).len();
         if start == 0 {
             return false;
         }
@@ -153,6 +159,26 @@ mod tests {
         s.save(&"api:a".parse().unwrap(), &mut batch);
         assert_eq!(s.messages.len(), 2 * MAX_STORED + 2);
         assert_eq!(s.messages[0].role, Role::User);
+    }
+
+    #[test]
+    fn compaction_folds_in_steps_so_the_history_stays_the_same_for_a_while() {
+        let mut s = Session::default();
+        let (mut folds, mut first) = (0, Vec::new());
+        for i in 0..30 {
+            s.messages.push(ChatMessage::new(Role::User, format!("ask {i}")));
+            s.messages.push(ChatMessage::new(Role::Assistant, "answer"));
+            if s.compact(10) {
+                folds += 1;
+                assert_eq!(s.messages.len(), 4, "folded to the last two turns");
+            }
+            assert!(s.messages.len() <= 10, "{}", s.messages.len());
+            first.push(s.messages[0].content.clone());
+        }
+        // 60 messages in, 10 kept at most: folded every fourth turn, not every turn.
+        assert_eq!(folds, 7);
+        let moves = first.windows(2).filter(|w| w[0] != w[1]).count();
+        assert_eq!(moves, folds, "the history's start moves only at a fold");
     }
 
     #[test]
