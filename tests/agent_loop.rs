@@ -306,6 +306,12 @@ async fn long_history_is_cut_to_fit_without_splitting_tool_pairs() {
         !serde_json::to_string(&msgs).unwrap().contains("question 0"),
         "oldest turns dropped"
     );
+    // The model is told some of the conversation is left out.
+    let all = serde_json::to_string(&msgs).unwrap();
+    assert!(
+        all.contains("oldest messages of this conversation did not fit"),
+        "{all}"
+    );
     let first = msgs.iter().find(|m| m["role"] != "system").unwrap();
     assert_eq!(first["role"], "user", "history starts at a user message");
     // Every tool result follows an assistant message that called it.

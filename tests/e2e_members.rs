@@ -216,8 +216,14 @@ async fn a_message_the_platform_refuses_is_reported_refused_not_sent() {
     let dad = TgUser::new(5151, "dad");
     t.tg.block(7007);
     t.llm.push(Reply::tool_calls([
-        ("message", json!({"key": "telegram:7007", "text": "dinner at 7"})),
-        ("message", json!({"key": "telegram:5151", "text": "note to self"})),
+        (
+            "message",
+            json!({"key": "telegram:7007", "text": "dinner at 7"}),
+        ),
+        (
+            "message",
+            json!({"key": "telegram:5151", "text": "note to self"}),
+        ),
     ]));
     t.llm.push(Reply::text("told you"));
     t.tg.push_update(t.tg.dm_text(&dad, "tell grandpa dinner is at 7"));

@@ -139,7 +139,8 @@ pub async fn run(
         }
         let extra: usize = context::total(&state.produced)
             + steer.iter().map(|s| context::tokens(s) + 4).sum::<usize>();
-        let (history, _) = context::fit(&state.history, extra, budget);
+        let (history, dropped) = context::fit(&state.history, extra, budget);
+        steer.extend(steering::history_cut(dropped));
         let mut messages = with_steering(history, &steer);
         let mut produced = state.produced.clone();
         if context::total(&messages) + context::total(&produced) > budget {

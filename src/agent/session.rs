@@ -166,7 +166,8 @@ mod tests {
         let mut s = Session::default();
         let (mut folds, mut first) = (0, Vec::new());
         for i in 0..30 {
-            s.messages.push(ChatMessage::new(Role::User, format!("ask {i}")));
+            s.messages
+                .push(ChatMessage::new(Role::User, format!("ask {i}")));
             s.messages.push(ChatMessage::new(Role::Assistant, "answer"));
             if s.compact(10) {
                 folds += 1;

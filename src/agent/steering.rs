@@ -96,6 +96,17 @@ pub fn identity_reanchor(name: &str, turns: u64) -> Option<String> {
     })
 }
 
+/// Say that the oldest `dropped` messages of the history did not fit the model's context.
+pub fn history_cut(dropped: usize) -> Option<String> {
+    (dropped > 0).then(|| {
+        format!(
+            "The {dropped} oldest messages of this conversation did not fit your context window \
+             and are left out (the summary in your instructions covers what came before them). \
+             If the user refers to something you cannot see, say so rather than guess."
+        )
+    })
+}
+
 /// Restate the clock after a long pause.
 pub fn clock_refresh(minutes_since_last: Option<i64>, now: &str) -> Option<String> {
     match minutes_since_last {

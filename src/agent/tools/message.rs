@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use switchboard_channel::{ChatKey, OutboundMessage};
 
 use crate::agent::publisher::Publisher;
-use crate::bus::Delivery;
 use crate::agent::tool::{Tool, ToolContext, ToolError};
+use crate::bus::Delivery;
 
 /// `message`: an outbound message to `key`.
 pub struct Message {
