@@ -2,7 +2,7 @@
 //! shuts everything down in order.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -202,7 +202,8 @@ pub async fn start(
     // and dedup only looks them up there.
     {
         let bus = bus.clone();
-        tokio::task::spawn_blocking(move || prune(&bus, &|| false))
+        let inbox = config.gateway.workspace.join("inbox");
+        tokio::task::spawn_blocking(move || prune(&bus, &inbox, false, &|| false))
             .await
             .map_err(|e| GatewayError::Setup(e.to_string()))??;
     }
@@ -337,14 +338,17 @@ pub async fn start(
     ));
     let prune_bus = bus.clone();
     let prune_stop = shutdown.clone();
+    let inbox = config.gateway.workspace.join("inbox");
     tracker.spawn(async move {
-        loop {
+        for hour in 0u64.. {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
                 _ = prune_stop.cancelled() => break,
             }
-            let (bus, stop) = (prune_bus.clone(), prune_stop.clone());
-            match tokio::task::spawn_blocking(move || prune(&bus, &|| stop.is_cancelled())).await {
+            let (bus, stop, inbox) = (prune_bus.clone(), prune_stop.clone(), inbox.clone());
+            let daily = hour % 24 == 0;
+            let pruned = move || prune(&bus, &inbox, daily, &|| stop.is_cancelled());
+            match tokio::task::spawn_blocking(pruned).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => tracing::warn!("pruning seen ids and kept answers failed: {e}"),
                 Err(e) => tracing::warn!("pruning seen ids and kept answers failed: {e}"),
@@ -421,11 +425,33 @@ impl Running {
 }
 
 /// Forget the seen ids and the API's kept answers past their retention (blocks on the store).
-fn prune(bus: &Bus, stop: &dyn Fn() -> bool) -> Result<(), StoreError> {
+fn prune(bus: &Bus, inbox: &Path, daily: bool, stop: &dyn Fn() -> bool) -> Result<(), StoreError> {
     bus.prune_seen()?;
     crate::http::api::prune_answers(bus.store().as_ref(), stop)?;
+    let now = chrono::Utc::now();
+    let before = (now - INBOX_KEPT).timestamp();
+    match switchboard_channel::files::prune_inbox(inbox, before) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            "removed {n} file(s) sent more than {} days ago from the inbox",
+            INBOX_KEPT.num_days()
+        ),
+        Err(e) => {
+            tracing::warn!(inbox = %inbox.display(), "cannot clear old files from the inbox: {e}")
+        }
+    }
+    if daily {
+        let store = bus.store();
+        let n = crate::agent::session::prune_idle_threads(store.as_ref(), now, stop)?;
+        if n > 0 {
+            tracing::info!("forgot {n} Slack thread conversation(s) idle for more than 30 days");
+        }
+    }
     Ok(())
 }
+
+/// How long the files a chat sent stay in the workspace's inbox.
+const INBOX_KEPT: chrono::TimeDelta = chrono::TimeDelta::days(30);
 
 /// Start and run until `shutdown`.
 pub async fn run(loaded: &Loaded, shutdown: CancellationToken) -> Result<(), GatewayError> {

@@ -34,6 +34,52 @@ fn key_bytes(key: &ChatKey) -> Vec<u8> {
     key.to_string().into_bytes()
 }
 
+/// How long a Slack thread's conversation is kept after its last turn. Every top-level
+/// message the bot answers in a thread starts one (`reply_in_thread`), so a team's pile up
+/// by the thousand; a thread taken up again after that starts afresh.
+pub const THREAD_KEPT: chrono::TimeDelta = chrono::TimeDelta::days(30);
+
+/// Forget the conversations of Slack threads whose last turn is older than [`THREAD_KEPT`]
+/// at `now`; the number forgotten. Blocks on the store (run it off the async threads);
+/// ends early once `stop` says so.
+pub fn prune_idle_threads(
+    store: &dyn Store,
+    now: chrono::DateTime<chrono::Utc>,
+    stop: &dyn Fn() -> bool,
+) -> Result<usize, StoreError> {
+    #[derive(Deserialize)]
+    struct Stamp {
+        updated_at: Option<chrono::DateTime<chrono::Utc>>,
+    }
+    let mut idle = Vec::new();
+    store.for_each(Tree::Sessions, b"slack:", &mut |k, v| {
+        let thread = std::str::from_utf8(k)
+            .ok()
+            .and_then(|k| k.parse::<ChatKey>().ok())
+            .is_some_and(|key| key.room() != key);
+        let stamp = serde_json::from_slice::<Stamp>(v)
+            .ok()
+            .and_then(|s| s.updated_at);
+        if thread && stamp.is_some_and(|at| now - at > THREAD_KEPT) {
+            idle.push(k.to_vec());
+        }
+        !stop()
+    })?;
+    let mut forgotten = 0;
+    for chunk in idle.chunks(100) {
+        if stop() {
+            break;
+        }
+        let mut batch = Batch::default();
+        for k in chunk {
+            batch.delete(Tree::Sessions, k.clone());
+        }
+        store.apply(batch)?;
+        forgotten += chunk.len();
+    }
+    Ok(forgotten)
+}
+
 impl Session {
     pub fn load(store: &dyn Store, key: &ChatKey) -> Result<Session, StoreError> {
         match store.get(Tree::Sessions, &key_bytes(key))? {
@@ -180,6 +226,34 @@ mod tests {
         assert_eq!(folds, 7);
         let moves = first.windows(2).filter(|w| w[0] != w[1]).count();
         assert_eq!(moves, folds, "the history's start moves only at a fold");
+    }
+
+    #[tokio::test]
+    async fn only_slack_threads_idle_past_their_time_are_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::SledStore::open(dir.path()).unwrap();
+        let now = chrono::Utc::now();
+        let keys = [
+            ("slack:C1:1700000000.000100", 31),
+            ("slack:C1:1700000000.000200", 29),
+            ("slack:C1", 400),
+            ("slack:D1", 400),
+            ("telegram:-100:topic:7", 400),
+        ];
+        let mut batch = Batch::default();
+        for (key, days) in keys {
+            let mut s = Session {
+                updated_at: Some(now - chrono::TimeDelta::days(days)),
+                ..Session::default()
+            };
+            s.save(&key.parse().unwrap(), &mut batch);
+        }
+        store.apply(batch).unwrap();
+        assert_eq!(prune_idle_threads(&store, now, &|| false).unwrap(), 1);
+        for (key, _) in keys {
+            let gone = store.get(Tree::Sessions, key.as_bytes()).unwrap().is_none();
+            assert_eq!(gone, key.ends_with("0100"), "{key}");
+        }
     }
 
     #[test]

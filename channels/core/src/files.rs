@@ -257,6 +257,35 @@ where
     Ok(written)
 }
 
+/// Remove the files of the inbox `folder` last changed before `before` (seconds since the
+/// epoch): the downloads a chat sent are kept that long (the platform keeps its own copy).
+/// The inbox is opened as [`save`] opens it, never through a link, and only regular files
+/// in it go, by name; a missing inbox is nothing to do. The number removed.
+pub fn prune_inbox(folder: &Path, before: i64) -> io::Result<usize> {
+    if std::fs::symlink_metadata(folder).is_err() {
+        return Ok(0);
+    }
+    let dir = open_inbox(folder)?;
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dir)? {
+        names.push(entry?.file_name().to_owned());
+    }
+    let mut removed = 0;
+    for name in names {
+        let Ok(st) = rustix::fs::statat(&dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        let file = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+        if file
+            && st.st_mtime < before
+            && rustix::fs::unlinkat(&dir, name.as_c_str(), AtFlags::empty()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// Write `chunks` into `out`, at most `max_bytes`, and sync it: the bytes written.
 async fn write_capped<S, B, E>(
     chunks: S,
@@ -353,6 +382,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_inbox_keeps_what_is_newer_than_the_cut_and_follows_no_link() {
+        use std::os::unix::fs::symlink;
+        use std::time::{Duration, SystemTime};
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = dir.path().join("inbox");
+        assert_eq!(prune_inbox(&inbox, i64::MAX).unwrap(), 0, "no inbox yet");
+        std::fs::create_dir_all(inbox.join("sub")).unwrap();
+        let outside = dir.path().join("precious.txt");
+        std::fs::write(&outside, "keep").unwrap();
+        let old = SystemTime::now() - Duration::from_secs(40 * 86_400);
+        for name in ["old.jpg", "new.pdf", "sub/deep.txt"] {
+            let f = std::fs::File::create(inbox.join(name)).unwrap();
+            if name != "new.pdf" {
+                f.set_modified(old).unwrap();
+            }
+        }
+        symlink(&outside, inbox.join("link.txt")).unwrap();
+        let cut = SystemTime::now() - Duration::from_secs(30 * 86_400);
+        let cut = cut
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        assert_eq!(prune_inbox(&inbox, cut).unwrap(), 1);
+        assert!(!inbox.join("old.jpg").exists());
+        assert!(inbox.join("new.pdf").exists() && inbox.join("sub/deep.txt").exists());
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
+        // An inbox that is a link is refused, and what it leads to left alone.
+        std::fs::remove_dir_all(&inbox).unwrap();
+        symlink(dir.path(), &inbox).unwrap();
+        assert!(prune_inbox(&inbox, i64::MAX).is_err());
+        assert!(outside.exists());
+    }
 
     #[tokio::test]
     async fn saves_up_to_the_limit_and_leaves_no_part_file() {
