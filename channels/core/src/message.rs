@@ -141,20 +141,30 @@ impl InboundMessage {
     }
 
     /// Cut an oversized text at [`crate::MAX_INBOUND_CHARS`] characters, with a note.
+    /// A text already cut so (by its adapter, then checked by the bus) is left as it is.
     /// Returns whether anything was cut.
     pub fn truncate_oversized(&mut self) -> bool {
         let limit = crate::MAX_INBOUND_CHARS;
-        match self.text.char_indices().nth(limit) {
-            None => false,
-            Some((byte, _)) => {
-                let total = self.text.chars().count();
-                self.text.truncate(byte);
-                self.text.push_str(&format!(
-                    "\n\n[message cut: it had {total} characters, the limit is {limit}]"
-                ));
-                true
-            }
+        let Some((byte, _)) = self.text.char_indices().nth(limit) else {
+            return false;
+        };
+        let end = format!(" characters, the limit is {limit}]");
+        let cut_before = self
+            .text
+            .strip_suffix(end.as_str())
+            .and_then(|t| t.rsplit_once("\n\n[message cut: it had "))
+            .is_some_and(|(body, n)| {
+                n.parse::<usize>().is_ok() && body.char_indices().nth(limit).is_none()
+            });
+        if cut_before {
+            return false;
         }
+        let total = self.text.chars().count();
+        self.text.truncate(byte);
+        self.text.push_str(&format!(
+            "\n\n[message cut: it had {total} characters, the limit is {limit}]"
+        ));
+        true
     }
 }
 
@@ -307,7 +317,12 @@ mod tests {
         let mut m = InboundMessage::text("1", key, Sender::default(), "é".repeat(100_000));
         assert!(m.truncate_oversized());
         assert!(m.text.starts_with(&"é".repeat(crate::MAX_INBOUND_CHARS)));
-        assert!(m.text.contains("it had 100000 characters"));
+        let note = "\n\n[message cut: it had 100000 characters, the limit is 32000]";
+        assert!(m.text.ends_with(note));
+        // Checked again (the adapter cut it, then the bus looks): left as it is.
+        let once = m.text.clone();
+        assert!(!m.truncate_oversized());
+        assert_eq!(m.text, once);
         let mut short =
             InboundMessage::text("2", "api:a".parse().unwrap(), Sender::default(), "hi");
         assert!(!short.truncate_oversized());
