@@ -24,6 +24,7 @@
 //!   their catch-up; `hold`: a conversation's live events are refused (unacknowledged) for a
 //!   while during its catch-up.
 //! - `send`: replies and the 👀 reaction.
+//! - `threads`: whether the bot takes part in a thread (`conversations.replies`).
 //! - `memory`: bounded shared memories.
 
 mod catch_up;
@@ -38,6 +39,7 @@ mod queue;
 mod recent;
 mod send;
 mod socket;
+mod threads;
 mod web;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -251,53 +253,6 @@ impl Shared {
 }
 
 impl Shared {
-    /// Is it a thread the bot takes part in? What this run saw is in `threads`; a thread
-    /// from before a restart is not, and a reply's `parent_user_id` (when Slack sends one)
-    /// names only the root's author (a person, when someone started the thread by
-    /// mentioning the bot). So `conversations.replies` is asked, once per thread: the bot
-    /// posted the root, is among those who replied, or posted one of the first messages.
-    /// The answer, either way, is kept in `threads`. It and the user lookup end by `until`
-    /// together; a lookup that fails or runs late counts as someone else's thread and is
-    /// tried again next time.
-    async fn learn_thread(
-        &self,
-        me: &BotIdentity,
-        thread: (String, String),
-        until: tokio::time::Instant,
-    ) {
-        if self.memory().threads.contains(&thread) {
-            return;
-        }
-        let (channel, root) = &thread;
-        let found = tokio::time::timeout_at(until, self.web.thread(channel, root));
-        let mine = match found.await {
-            Ok(Ok(messages)) => {
-                let by_me = |m: &web::ThreadMessage| {
-                    m.user.as_deref() == Some(me.user_id.as_str())
-                        || (m.bot_id.is_some() && m.bot_id == me.bot_id)
-                };
-                messages.iter().any(by_me)
-                    || messages
-                        .first()
-                        .is_some_and(|root| root.reply_users.contains(&me.user_id))
-            }
-            // Slack answered (thread_not_found, missing_scope…): not a thread of the bot's.
-            Ok(Err(web::WebError::Api(code))) => {
-                debug!(%code, "slack conversations.replies refused");
-                false
-            }
-            Ok(Err(e)) => {
-                debug!(error = %e, "slack conversations.replies failed");
-                return;
-            }
-            Err(_) => {
-                debug!("slack conversations.replies slow; treated as someone else's thread");
-                return;
-            }
-        };
-        self.memory().threads.insert(thread, mine);
-    }
-
     /// Fill the sender's names from the `users.info` cache. A user not cached yet is looked
     /// up first, since `allow_from` may name them by username — but only `until` (see
     /// [`USER_LOOKUP_WAIT`]), so intake (and Slack's ack) never hangs on it: a lookup that

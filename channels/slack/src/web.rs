@@ -150,15 +150,16 @@ pub(crate) struct UserNames {
     pub display_name: String,
 }
 
-#[derive(Deserialize)]
-struct Replies {
+/// The first messages of a thread (`conversations.replies`), its root first.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct Thread {
     #[serde(default)]
-    messages: Vec<ThreadMessage>,
+    pub messages: Vec<ThreadMessage>,
 }
 
 /// One message of a thread (`conversations.replies`): who posted it, and on the root, who
 /// replied.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct ThreadMessage {
     pub user: Option<String>,
     pub bot_id: Option<String>,
@@ -300,14 +301,14 @@ impl WebApi {
 
     /// `conversations.replies`: the first [`THREAD_LOOKUP`] messages of thread `ts`, its
     /// root first.
-    pub async fn thread(&self, channel: &str, ts: &str) -> Result<Vec<ThreadMessage>, WebError> {
+    pub async fn thread(&self, channel: &str, ts: &str) -> Result<Thread, WebError> {
         let limit = THREAD_LOOKUP.to_string();
         let params = vec![
             ("channel", Some(channel)),
             ("ts", Some(ts)),
             ("limit", Some(limit.as_str())),
         ];
-        let r: Replies = self
+        let r: Thread = self
             .client
             .open_session(&self.bot_token)
             .http_session_api
@@ -317,7 +318,7 @@ impl WebApi {
         if r.messages.is_empty() {
             return Err(WebError::Api("thread_not_found".into()));
         }
-        Ok(r.messages)
+        Ok(r)
     }
 
     /// `conversations.history`: the top-level messages (and thread broadcasts) of `channel`
