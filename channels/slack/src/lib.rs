@@ -24,7 +24,8 @@
 //!   their catch-up; `hold`: a conversation's live events are refused (unacknowledged) for a
 //!   while during its catch-up.
 //! - `send`: replies and the 👀 reaction.
-//! - `threads`: whether the bot takes part in a thread (`conversations.replies`).
+//! - `threads`: whether the bot takes part in a thread, and what was said in it before a
+//!   message (`conversations.replies`).
 //! - `memory`: bounded shared memories.
 
 mod catch_up;
@@ -67,7 +68,8 @@ pub const NAME: &str = "slack";
 
 /// Longest wait, all together, for the lookups an event may need before it is published
 /// (`users.info` for a user seen for the first time, `conversations.replies` for a thread
-/// whose root is unknown): Slack wants its ack within 3 s.
+/// whose root is unknown or whose context the model has not had): Slack wants its ack
+/// within 3 s.
 const USER_LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
 /// Files downloaded at once, across chats.
@@ -177,8 +179,9 @@ impl Shared {
         let lookups_until = started + USER_LOOKUP_WAIT;
         // Without threads, talk in one never counts as addressed (see `inbound::convert`).
         let thread = inbound::thread_to_look_up(callback, &me).filter(|_| self.cfg.reply_in_thread);
+        let mut read = None;
         if let Some(thread) = thread {
-            self.learn_thread(&me, thread, lookups_until).await;
+            read = self.learn_thread(&me, thread, lookups_until).await;
         }
         let decision = {
             let mem = self.memory();
@@ -194,7 +197,18 @@ impl Shared {
             }
             Intake::Publish(c) => c,
         };
-        self.name_sender(&mut c.msg.sender, lookups_until).await;
+        // A message in a thread: what was said there before it, read already or (for one
+        // the bot is to answer) asked for alongside the sender's name.
+        let thread = c.msg.reply_to.clone().map(|root| (c.channel.clone(), root));
+        let addressed = c.msg.mentions_bot || !c.msg.is_group;
+        let ts = c.ts.clone();
+        let (_, context) = tokio::join!(
+            self.name_sender(&mut c.msg.sender, lookups_until),
+            self.thread_context(&me, thread, &ts, read, addressed, lookups_until),
+        );
+        if let Some(text) = context.as_ref().and_then(|x| x.text.clone()) {
+            c.msg.metadata.insert("reply_to_text".into(), text.into());
+        }
         if self.cfg.names_decide_access
             && c.msg.sender.username.is_none()
             && !self.cfg.ids_let_in.contains(&c.msg.sender.id)
@@ -226,6 +240,9 @@ impl Shared {
             mem.last_message.insert(key, (c.channel, c.ts));
             if let Some(t) = c.joined_thread {
                 mem.threads.insert(t, true);
+            }
+            if let Some(x) = context {
+                mem.context_given.insert(x.thread, ());
             }
         }
         self.note_handled(callback, accepted && answers_in_thread);

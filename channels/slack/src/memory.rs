@@ -3,6 +3,7 @@
 //! - the threads the bot takes part in or started with a top-level post (so replies there
 //!   count as addressed to it), the threads `conversations.replies` said are not, and those
 //!   whose lookup failed lately;
+//! - the threads whose context (what was said before) the model was given this run;
 //! - the last published message per chat key (the one `typing` puts 👀 on);
 //! - the messages already given 👀 (at most one reaction per message);
 //! - how many chunks of a partly delivered reply went out (so a retry never resends them);
@@ -21,6 +22,8 @@ pub(crate) struct Memory {
     pub threads: Bounded<(String, String), bool>,
     /// Threads whose `conversations.replies` failed (asked again later, see `threads`).
     pub thread_failures: Bounded<(String, String), crate::threads::Failures>,
+    /// Threads whose context went with a message that got in (given once a run).
+    pub context_given: Bounded<(String, String), ()>,
     /// A `missing_scope` from `conversations.replies` was logged (once a run).
     pub said_missing_scope: bool,
     /// Chat key → `(channel, ts)` of the last published message.

@@ -155,17 +155,30 @@ pub(crate) struct UserNames {
 pub(crate) struct Thread {
     #[serde(default)]
     pub messages: Vec<ThreadMessage>,
+    /// More messages follow those read.
+    #[serde(default)]
+    pub has_more: bool,
 }
 
-/// One message of a thread (`conversations.replies`): who posted it, and on the root, who
-/// replied.
+/// One message of a thread (`conversations.replies`): who posted it and what it says, and on
+/// the root, who replied.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct ThreadMessage {
     pub user: Option<String>,
     pub bot_id: Option<String>,
+    #[serde(default)]
+    pub ts: String,
+    /// Slack's mrkdwn, as posted.
+    #[serde(default)]
+    pub text: String,
+    /// The name a bot posted under.
+    pub username: Option<String>,
     /// On the root: up to 5 users who replied.
     #[serde(default)]
     pub reply_users: Vec<String>,
+    /// Files shared with the message (only counted).
+    #[serde(default)]
+    pub files: Vec<serde::de::IgnoredAny>,
 }
 
 /// One page of `conversations.history` or `conversations.replies`: the messages as Slack
@@ -202,7 +215,7 @@ struct ConnectionsOpen {
     url: String,
 }
 
-/// Messages of a thread read to tell whether the bot took part in it.
+/// Messages of a thread read to tell whether the bot took part in it, and what was said.
 pub(crate) const THREAD_LOOKUP: usize = 50;
 
 /// Messages asked for per page of a catch-up (Slack's default; at most 999).
