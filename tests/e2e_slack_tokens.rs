@@ -12,9 +12,9 @@ use common::platform::{self, env_with};
 use common::{Env, GatewayProcess};
 use switchboard_fakes::llm::FakeLlm;
 use switchboard_fakes::slack::events::{
-    app_mention, event_callback_body, now_timestamp, signed_headers,
+    app_mention, app_uninstalled, event_callback_body, now_timestamp, signed_headers,
 };
-use switchboard_fakes::slack::{BOT_TOKEN, FakeSlack};
+use switchboard_fakes::slack::{APP_TOKEN, BOT_TOKEN, FakeSlack};
 
 const WAIT: Duration = Duration::from_secs(15);
 const SECRET: &str = "e2e-tokens-signing-secret";
@@ -100,6 +100,35 @@ async fn a_refused_app_token_leaves_the_events_api_answering() {
     );
     assert!(
         !log.contains(REFUSED_APP_TOKEN) && !log.contains(BOT_TOKEN),
+        "{log}"
+    );
+}
+
+/// Slack says the app was uninstalled from the workspace: the Events API answers 200, the
+/// log says at error level what to do, and `/readyz` reports Slack not ready, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uninstalled_app_is_logged_and_leaves_slack_not_ready() {
+    let (_llm, _slack, env) = fakes().await;
+    let _gw = spawn(&env, APP_TOKEN);
+    readyz_until(&env, 200).await;
+    let body = event_callback_body("Ev0UNINSTALL", app_uninstalled());
+    let (status, answer) = post_event(&env, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let ready = readyz_until(&env, 503).await;
+    let why = ready["not_ready"]["slack"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("app_uninstalled: ")
+            && why.contains("reinstall the app, put its new bot token in $SLACK_BOT_TOKEN"),
+        "{ready}"
+    );
+    let log = platform::logs(&env);
+    let line = log
+        .lines()
+        .find(|l| l.contains("the app was uninstalled or its bot token revoked"))
+        .unwrap_or_else(|| panic!("not logged:\n{log}"));
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(
+        !log.contains(BOT_TOKEN) && !log.contains(APP_TOKEN),
         "{log}"
     );
 }

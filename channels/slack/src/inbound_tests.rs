@@ -9,6 +9,7 @@ fn me() -> BotIdentity {
     BotIdentity {
         user_id: "UBOT".into(),
         bot_id: Some("BBOT".into()),
+        team_id: None,
     }
 }
 

@@ -24,6 +24,7 @@
 //!   their catch-up; `hold`: a conversation's live events are refused (unacknowledged) for a
 //!   while during its catch-up.
 //! - `names`: senders' names (`users.info`, cached).
+//! - `revoked`: the app uninstalled, or its bot token revoked, while running.
 //! - `send`: replies and the 👀 reaction.
 //! - `threads`: whether the bot takes part in a thread, and what was said in it before a
 //!   message (`conversations.replies`).
@@ -40,6 +41,7 @@ mod memory;
 mod names;
 mod queue;
 mod recent;
+mod revoked;
 mod send;
 mod socket;
 mod threads;
@@ -117,6 +119,9 @@ pub(crate) struct Shared {
     last_activity: Mutex<tokio::time::Instant>,
     /// What `run` is doing, or why it ended: said when an event cannot be taken in.
     state: Mutex<String>,
+    /// Slack said the app's access is gone (`revoked`): why, and what to do. The channel
+    /// stays reported not ready until a restart.
+    revoked: Mutex<Option<String>>,
     /// Where catch-ups start, and the live events waiting for one.
     catch_up: catch_up::State,
 }
@@ -164,8 +169,16 @@ impl Shared {
     }
 
     pub fn set_connected(&self, connected: bool, detail: &str) {
-        if let Some(i) = self.inbound() {
-            i.set_connected(NAME, connected, detail);
+        let Some(i) = self.inbound() else { return };
+        let revoked = self
+            .revoked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match revoked {
+            // A socket that opens again does not make up for tokens that no longer work.
+            Some(why) if connected => i.set_connected(NAME, false, &why),
+            _ => i.set_connected(NAME, connected, detail),
         }
     }
 
@@ -174,6 +187,10 @@ impl Shared {
     /// (Slack sends it again later) and that catch-up moves to the front. Never waits for
     /// it: on Socket Mode this runs in the socket's read loop, where pongs are read too.
     pub async fn intake(self: &Arc<Self>, callback: &Value) -> Result<(), IntakeError> {
+        if let Some(lost) = self.identity().and_then(|me| revoked::lost(callback, &me)) {
+            self.lose_access(lost);
+            return Ok(());
+        }
         if let Some((channel, ..)) = inbound::position(callback) {
             let now = std::time::Instant::now();
             match self.catch_up.holds.check(channel, now, catch_up::LIVE_HOLD) {
@@ -326,6 +343,7 @@ impl SlackChannel {
                 memory: Mutex::new(Memory::default()),
                 last_activity: Mutex::new(tokio::time::Instant::now()),
                 state: Mutex::new("not started".into()),
+                revoked: Mutex::new(None),
                 catch_up: catch_up::State::default(),
             }),
         })

@@ -272,6 +272,7 @@ mod tests {
         BotIdentity {
             user_id: "UBOT".into(),
             bot_id: Some("BBOT".into()),
+            team_id: None,
         }
     }
 

@@ -20,6 +20,8 @@ pub(crate) type Connector = SlackClientHyperHttpsConnector;
 pub(crate) struct BotIdentity {
     pub user_id: String,
     pub bot_id: Option<String>,
+    /// The workspace the bot token belongs to.
+    pub team_id: Option<String>,
 }
 
 /// A failed Web API call.
@@ -123,6 +125,7 @@ struct Ignored {}
 struct AuthTest {
     user_id: String,
     bot_id: Option<String>,
+    team_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -273,6 +276,7 @@ impl WebApi {
         Ok(BotIdentity {
             user_id: r.user_id,
             bot_id: r.bot_id,
+            team_id: r.team_id,
         })
     }
 

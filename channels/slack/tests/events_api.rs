@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::{Sink, events_config, start};
 use http::HeaderMap;
 use switchboard_channel::{Channel, InboundSender, OutboundMessage};
-use switchboard_fakes::slack::{FakeSlack, Fault, events};
+use switchboard_fakes::slack::{BOT_USER_ID, FakeSlack, Fault, events};
 use switchboard_slack::SlackChannel;
 
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -241,13 +241,7 @@ async fn a_reply_under_the_bots_own_top_level_post_is_addressed_to_it() {
 async fn a_follow_up_in_a_thread_the_bot_answered_before_a_restart_is_addressed() {
     let fake = FakeSlack::start().await;
     fake.add_message("C9", "4.0", "U2", "<@UBOT> how many users?");
-    fake.add_reply(
-        "C9",
-        "4.0",
-        "4.1",
-        switchboard_fakes::slack::BOT_USER_ID,
-        "1 200.",
-    );
+    fake.add_reply("C9", "4.0", "4.1", BOT_USER_ID, "1 200.");
     let run = running(&fake).await;
     let mut ev = events::thread_reply("C9", "U2", "and last month?", "4.2", "4.0");
     ev["parent_user_id"] = serde_json::json!("U2");
@@ -423,4 +417,37 @@ async fn a_503_names_the_reason() {
         "{why}"
     );
     assert!(!why.contains("xoxb-refused-token"), "{why}");
+}
+
+/// Slack says the app was uninstalled, or revoked the bot's token: answered 200 (Slack needs
+/// nothing more), and the channel is reported not ready, saying what to do — not for a
+/// revocation of someone else's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uninstall_or_a_revoked_bot_token_leaves_the_channel_not_ready() {
+    let fake = FakeSlack::start().await;
+    for (name, event) in [
+        ("uninstalled", events::app_uninstalled()),
+        ("revoked", events::tokens_revoked(&[BOT_USER_ID], &[])),
+    ] {
+        let run = running(&fake).await;
+        let people = events::tokens_revoked(&[], &["U7"]);
+        let body = events::event_callback_body(&format!("Ev{name}0"), people);
+        assert_eq!(deliver(&run.channel, &body).await, 200);
+        assert_eq!(
+            run.sink.connected_log(),
+            [true],
+            "{name}: not the bot's token"
+        );
+
+        let body = events::event_callback_body(&format!("Ev{name}1"), event);
+        assert_eq!(deliver(&run.channel, &body).await, 200, "{name}");
+        let (up, detail) = run.sink.connected.lock().unwrap().last().cloned().unwrap();
+        assert!(!up, "{name}");
+        assert!(
+            detail.contains("reinstall the app") && detail.contains("$SLACK_BOT_TOKEN"),
+            "{name}: {detail}"
+        );
+        assert!(run.sink.published().is_empty());
+        run.stop().await.unwrap();
+    }
 }
