@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::Duration;
 
 use common::platform::{self, env_with};
@@ -131,4 +132,66 @@ async fn an_uninstalled_app_is_logged_and_leaves_slack_not_ready() {
         !log.contains(BOT_TOKEN) && !log.contains(APP_TOKEN),
         "{log}"
     );
+}
+
+/// `switchboard doctor` with the gateway's environment: what it printed, and whether it
+/// passed.
+fn doctor(env: &Env, vars: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+    cmd.arg("--config").arg(env.config_path()).arg("doctor");
+    for var in ["SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"] {
+        cmd.env_remove(var);
+    }
+    let out = cmd.envs(vars.iter().copied()).output().expect("run doctor");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    (
+        out.status.success(),
+        said + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// `doctor` asks Slack about the app token too (`apps.connections.open`, at the configured
+/// API base, with that token): ok when Slack takes it, a failure with Slack's error code —
+/// never the token — when it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_checks_the_slack_app_token() {
+    let (_llm, slack, env) = fakes().await;
+    let (_, said) = doctor(
+        &env,
+        &[
+            ("SLACK_BOT_TOKEN", BOT_TOKEN),
+            ("SLACK_APP_TOKEN", APP_TOKEN),
+        ],
+    );
+    assert!(
+        said.contains("ok   slack: the platform accepts the token"),
+        "{said}"
+    );
+    assert!(
+        said.contains("ok   slack app token: Slack accepts it (apps.connections.open)"),
+        "{said}"
+    );
+    let (passed, said) = doctor(
+        &env,
+        &[
+            ("SLACK_BOT_TOKEN", BOT_TOKEN),
+            ("SLACK_APP_TOKEN", REFUSED_APP_TOKEN),
+            ("SLACK_SIGNING_SECRET", SECRET),
+        ],
+    );
+    assert!(!passed, "{said}");
+    assert!(
+        said.contains(
+            "FAIL slack app token: Slack refused the app token in $SLACK_APP_TOKEN \
+             (invalid_auth); until it is fixed, events come only over the Events API \
+             ($SLACK_SIGNING_SECRET)"
+        ),
+        "{said}"
+    );
+    for token in [BOT_TOKEN, APP_TOKEN, REFUSED_APP_TOKEN, SECRET] {
+        assert!(!said.contains(token), "{said}");
+    }
+    // Asked at the configured API base, each time with the app token in question.
+    assert_eq!(slack.call_count("apps.connections.open"), 2);
+    assert_eq!(slack.call_count("auth.test"), 2);
 }
