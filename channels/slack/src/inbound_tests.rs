@@ -6,11 +6,7 @@ use super::*;
 use switchboard_channel::AttachmentKind;
 
 fn me() -> BotIdentity {
-    BotIdentity {
-        user_id: "UBOT".into(),
-        bot_id: Some("BBOT".into()),
-        team_id: None,
-    }
+    BotIdentity::test()
 }
 
 fn cb(event: Value) -> Value {

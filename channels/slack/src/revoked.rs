@@ -74,9 +74,8 @@ mod tests {
 
     fn me() -> BotIdentity {
         BotIdentity {
-            user_id: "UBOT".into(),
-            bot_id: Some("BBOT".into()),
             team_id: Some("T1".into()),
+            ..BotIdentity::test()
         }
     }
 

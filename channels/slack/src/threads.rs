@@ -269,11 +269,7 @@ mod tests {
     use super::*;
 
     fn me() -> BotIdentity {
-        BotIdentity {
-            user_id: "UBOT".into(),
-            bot_id: Some("BBOT".into()),
-            team_id: None,
-        }
+        BotIdentity::test()
     }
 
     fn msg(ts: &str, user: &str, text: &str) -> ThreadMessage {

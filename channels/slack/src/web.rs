@@ -24,6 +24,18 @@ pub(crate) struct BotIdentity {
     pub team_id: Option<String>,
 }
 
+#[cfg(test)]
+impl BotIdentity {
+    /// The bot of the unit tests: user `UBOT`, bot `BBOT`, workspace unknown.
+    pub(crate) fn test() -> Self {
+        BotIdentity {
+            user_id: "UBOT".into(),
+            bot_id: Some("BBOT".into()),
+            team_id: None,
+        }
+    }
+}
+
 /// A failed Web API call.
 #[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum WebError {
