@@ -11,7 +11,8 @@ use common::platform::{self, env_with};
 use common::{Env, GatewayProcess};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 use switchboard_fakes::slack::events::{
-    app_mention, dm, event_callback_body, now_timestamp, signed_headers, url_verification_body,
+    app_mention, app_mention_in_thread, dm, event_callback_body, now_timestamp, signed_headers,
+    url_verification_body,
 };
 use switchboard_fakes::slack::{APP_TOKEN, BOT_TOKEN, FakeSlack, Post};
 
@@ -404,4 +405,43 @@ async fn messages_sent_while_the_gateway_was_stopped_are_answered_once_after_it_
     assert_eq!(posts[4].text, "echo: thanks");
     assert_eq!(t.slack.posts().len(), 5, "{:#?}", t.slack.posts());
     assert_eq!(t.llm.request_count(), 5);
+}
+
+/// "@bot summarise this thread" in a thread the bot never took part in: the model is shown
+/// the thread's root and replies (with who wrote them), not only the mention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mention_in_someone_elses_thread_shows_the_model_the_thread() {
+    let t = Sl::start(false).await;
+    let root = "1700000040.000100";
+    t.slack
+        .add_message(CHANNEL, root, "U0BOB", "Proposal: ship the beta on Friday");
+    t.slack.add_reply(
+        CHANNEL,
+        root,
+        "1700000040.000200",
+        "U0EVE",
+        "Not before QA signs off",
+    );
+    let ev = app_mention_in_thread(
+        CHANNEL,
+        USER,
+        "<@UBOT> summarise this thread",
+        "1700000040.000300",
+        root,
+    );
+    let body = event_callback_body("Ev0THREAD", ev);
+    let (status, _) = t
+        .post_event(&body, signed_headers(SECRET, &now_timestamp(), &body))
+        .await;
+    assert_eq!(status, 200);
+    let posts = t.wait_posts(1).await;
+    assert_eq!(posts[0].thread_ts.as_deref(), Some(root));
+    let seen = t.llm.requests()[0].last_user_text();
+    for said in [
+        "<@U0BOB> (started the thread): Proposal: ship the beta on Friday",
+        "<@U0EVE>: Not before QA signs off",
+    ] {
+        assert!(seen.contains(said), "{seen}");
+    }
+    assert!(seen.ends_with("summarise this thread"), "{seen}");
 }

@@ -471,7 +471,7 @@ fn journal_bytes(env: &Env) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_asks_each_platform_whether_it_accepts_the_token() {
     use switchboard_fakes::discord::FakeDiscord;
-    use switchboard_fakes::slack::{BOT_TOKEN, FakeSlack};
+    use switchboard_fakes::slack::{APP_TOKEN, BOT_TOKEN, FakeSlack};
     use switchboard_fakes::telegram::FakeTelegram;
     let llm = FakeLlm::start().await;
     let tg = FakeTelegram::start().await;
@@ -497,7 +497,7 @@ async fn doctor_asks_each_platform_whether_it_accepts_the_token() {
             ("SB_DR_TG", tg.token()),
             ("SB_DR_DC", "doctor-discord-token-0123"),
             ("SB_DR_SL", BOT_TOKEN),
-            ("SB_DR_APP", "xapp-doctor-app-token"),
+            ("SB_DR_APP", APP_TOKEN),
         ],
     );
     assert!(ok, "{out}");
@@ -506,6 +506,7 @@ async fn doctor_asks_each_platform_whether_it_accepts_the_token() {
         format!("ok   telegram: the platform accepts the token (@{bot})"),
         "ok   discord: the platform accepts the token (switchboard)".to_string(),
         "ok   slack: the platform accepts the token (switchboard in Fake Team)".to_string(),
+        "ok   slack app token: Slack accepts it (apps.connections.open)".to_string(),
     ] {
         assert!(out.contains(&line), "{line}\n{out}");
     }
@@ -530,7 +531,13 @@ async fn doctor_asks_each_platform_whether_it_accepts_the_token() {
         out.contains("FAIL slack: Slack refused the bot token (invalid_auth)"),
         "{out}"
     );
-    assert!(out.contains("3 problem(s) found"), "{out}");
+    assert!(
+        out.contains(
+            "FAIL slack app token: Slack refused the app token in $SB_DR_APP (invalid_auth)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("4 problem(s) found"), "{out}");
     for (_, token) in wrong {
         assert!(!out.contains(token), "{token} in\n{out}");
     }

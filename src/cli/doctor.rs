@@ -1,6 +1,7 @@
 //! `switchboard doctor`: each part checked as the gateway would use it: the config, the
 //! data dir and store, the workspace, the model provider, and each enabled channel's
-//! token, asked of its platform with one cheap call (`getMe`, `users/@me`, `auth.test`).
+//! token, asked of its platform with one cheap call (`getMe`, `users/@me`, `auth.test`, and
+//! `apps.connections.open` for Slack's app token when one is set).
 
 use std::path::Path;
 use std::time::Duration;
@@ -139,6 +140,13 @@ pub async fn doctor(loaded: &Loaded) -> anyhow::Result<()> {
                     Err(why) => (false, why),
                 };
                 report(ok, name, detail);
+                if name == "slack" && secret(&ch.slack.app_token_env).is_some() {
+                    let (ok, detail) = match check_slack_app_token(&http, c).await {
+                        Ok(()) => (true, "Slack accepts it (apps.connections.open)".to_string()),
+                        Err(why) => (false, why),
+                    };
+                    report(ok, "slack app token", detail);
+                }
             }
             (true, Some(why)) => out!("off  {name}: {why}, so the channel stays off"),
         }
@@ -283,6 +291,44 @@ async fn check_credentials(
         )),
         _ => Err(format!("{url} answered HTTP {}", status.as_u16())),
     }
+}
+
+/// Ask Slack whether it takes the app token, as Socket Mode does at start
+/// (`apps.connections.open`; the connection it offers is never opened): why not, in words
+/// with Slack's error code and the variable's name, never the token.
+async fn check_slack_app_token(http: &reqwest::Client, c: &Config) -> Result<(), String> {
+    let s = &c.channels.slack;
+    let base = s.api_url.trim_end_matches('/');
+    let resp = http
+        .post(format!("{base}/apps.connections.open"))
+        .bearer_auth(secret(&s.app_token_env).unwrap_or_default())
+        .send()
+        .await
+        .map_err(|e| {
+            let e = crate::llm::openai::with_causes(e.without_url());
+            format!("{base} unreachable: {}", switchboard_channel::redact(&e))
+        })?;
+    let status = resp.status();
+    let body: Value = resp.json().await.unwrap_or_default();
+    if body["ok"] == true {
+        return Ok(());
+    }
+    let code = match body["error"].as_str() {
+        Some(code) => code.chars().take(100).collect(),
+        None => format!("HTTP {}", status.as_u16()),
+    };
+    let events_api = if secret(&s.signing_secret_env).is_some() {
+        format!(
+            "; until it is fixed, events come only over the Events API (${})",
+            s.signing_secret_env
+        )
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "Slack refused the app token in ${} ({code}){events_api}",
+        s.app_token_env
+    ))
 }
 
 #[cfg(test)]

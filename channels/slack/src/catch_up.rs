@@ -326,7 +326,7 @@ async fn take_in(sh: &Arc<Shared>, callback: &Value) -> bool {
     for attempt in 0..5u32 {
         match sh.take_in(callback).await {
             Ok(()) => return true,
-            Err(IntakeError::NotRunning) => return false,
+            Err(IntakeError::NotRunning(_)) => return false,
             Err(e) => {
                 warn!(error = %e, attempt, "slack: publishing a message sent while disconnected");
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;

@@ -16,6 +16,11 @@ pub struct SlackConfig {
     pub app_token: Option<String>,
     /// Signing secret: the Events API handler accepts requests when set.
     pub signing_secret: Option<String>,
+    /// The environment variable the bot token came from, named (never its value) in the
+    /// messages that ask for a new one.
+    pub bot_token_env: String,
+    /// The environment variable the app token came from, named likewise.
+    pub app_token_env: String,
     /// Web API base URL, `https://slack.com/api` (GovSlack, a proxy or a fake otherwise);
     /// a plain `http://` URL is allowed.
     pub api_url: String,
@@ -71,6 +76,8 @@ impl SlackConfig {
             bot_token: bot_token.into(),
             app_token: None,
             signing_secret: None,
+            bot_token_env: "SLACK_BOT_TOKEN".to_string(),
+            app_token_env: "SLACK_APP_TOKEN".to_string(),
             api_url: "https://slack.com/api".to_string(),
             reply_in_thread: true,
             max_message_len: SLACK_MAX_MESSAGE_LEN,
@@ -133,6 +140,8 @@ impl fmt::Debug for SlackConfig {
             .field("bot_token", &"<redacted>")
             .field("app_token", &redact(&self.app_token))
             .field("signing_secret", &redact(&self.signing_secret))
+            .field("bot_token_env", &self.bot_token_env)
+            .field("app_token_env", &self.app_token_env)
             .field("api_url", &self.api_url)
             .field("reply_in_thread", &self.reply_in_thread)
             .field("max_message_len", &self.max_message_len)

@@ -34,9 +34,10 @@ impl SlackChannel {
     /// Handle one Events API request: returns `(status, body, content type)`.
     ///
     /// 401 for a missing or wrong signature or a timestamp more than 5 minutes off, 400 for a
-    /// body that is not an event, 404 when no signing secret is configured, 503 before `run`
-    /// has started, 500 when publishing failed (Slack will retry), else 200 — as soon as the
-    /// message is published, never after the turn.
+    /// body that is not an event, 404 when no signing secret is configured, 503 when the
+    /// event cannot be taken in yet (the body says why: the channel starting, or stopped and
+    /// why, a catch-up, a sender's name), 500 when publishing failed (Slack will retry), else
+    /// 200 — as soon as the message is published, never after the turn.
     pub async fn handle_events_request(
         &self,
         headers: &HeaderMap,
@@ -89,7 +90,9 @@ async fn handle(sh: &Arc<Shared>, headers: &HeaderMap, body: &[u8]) -> (u16, Str
             }
             match sh.intake(&v).await {
                 Ok(()) => text(200, ""),
-                Err(IntakeError::NotRunning) => text(503, "slack channel not running yet"),
+                Err(IntakeError::NotRunning(why)) => {
+                    text(503, &format!("slack channel not running: {why}"))
+                }
                 // Slack retries; by then the catch-up has published it (or it goes in).
                 Err(IntakeError::CatchingUp) => text(503, "slack channel catching up"),
                 Err(IntakeError::NameUnknown) => text(503, "slack sender's name not known yet"),

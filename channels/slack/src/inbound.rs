@@ -5,8 +5,10 @@
 //! - `app_mention`, and `message` in channels, private channels, DMs and group DMs;
 //! - message subtypes other than `file_share` / `thread_broadcast` (edits, deletions, joins,
 //!   bot messages…), messages carrying a `bot_id`, and the bot's own messages are ignored;
-//! - a channel `message` that mentions the bot is skipped, because Slack also sends an
-//!   `app_mention` for it (so one user message is published once).
+//! - a `message` that mentions the bot is published like the `app_mention` Slack also sends
+//!   for it, under the same id ([`message_id`]): whichever comes first is taken in, and the
+//!   gateway drops the other as a duplicate (so one user message is handled once, even when
+//!   the app subscribes to only one of the two events).
 
 use serde_json::{Map, Value, json};
 use switchboard_channel::{ChatKey, InboundMessage, Sender};

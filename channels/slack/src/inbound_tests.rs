@@ -6,10 +6,7 @@ use super::*;
 use switchboard_channel::AttachmentKind;
 
 fn me() -> BotIdentity {
-    BotIdentity {
-        user_id: "UBOT".into(),
-        bot_id: Some("BBOT".into()),
-    }
+    BotIdentity::test()
 }
 
 fn cb(event: Value) -> Value {

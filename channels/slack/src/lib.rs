@@ -23,7 +23,11 @@
 //!   starts, and where one that failed starts again; `queue`: the conversations waiting for
 //!   their catch-up; `hold`: a conversation's live events are refused (unacknowledged) for a
 //!   while during its catch-up.
+//! - `names`: senders' names (`users.info`, cached).
+//! - `revoked`: the app uninstalled, or its bot token revoked, while running.
 //! - `send`: replies and the 👀 reaction.
+//! - `threads`: whether the bot takes part in a thread, and what was said in it before a
+//!   message (`conversations.replies`).
 //! - `memory`: bounded shared memories.
 
 mod catch_up;
@@ -34,10 +38,13 @@ mod frames;
 mod hold;
 mod inbound;
 mod memory;
+mod names;
 mod queue;
 mod recent;
+mod revoked;
 mod send;
 mod socket;
+mod threads;
 mod web;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -49,7 +56,6 @@ use switchboard_channel::{
     Capabilities, Channel, ChannelError, ChatKey, Dialect, InboundMessage, InboundSender,
     OutboundMessage, PublishError, Published, SendError, SendReceipt,
 };
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -65,8 +71,21 @@ pub const NAME: &str = "slack";
 
 /// Longest wait, all together, for the lookups an event may need before it is published
 /// (`users.info` for a user seen for the first time, `conversations.replies` for a thread
-/// whose root is unknown): Slack wants its ack within 3 s.
+/// whose root is unknown or whose context the model has not had): Slack wants its ack
+/// within 3 s.
 const USER_LOOKUP_WAIT: Duration = Duration::from_secs(2);
+
+/// How events come in, once the tokens are checked.
+enum Mode {
+    /// Socket Mode with this app token.
+    Socket(String),
+    /// The Events API only; the readiness detail.
+    EventsApi(&'static str),
+}
+
+const EVENTS_API_WAITING: &str = "events api: waiting for POST /slack/events";
+const EVENTS_API_ONLY: &str =
+    "events api only (POST /slack/events): the app token was refused, socket mode is off";
 
 /// Files downloaded at once, across chats.
 const PARALLEL_DOWNLOADS: usize = 8;
@@ -74,8 +93,9 @@ const PARALLEL_DOWNLOADS: usize = 8;
 /// Why an event could not be taken in; Slack must not be acknowledged.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum IntakeError {
-    #[error("the slack channel is not running yet")]
-    NotRunning,
+    /// Why, in words (what `run` is doing, or why it ended).
+    #[error("the slack channel is not running: {0}")]
+    NotRunning(String),
     #[error("the conversation's catch-up is still running")]
     CatchingUp,
     #[error("the sender's name is not known yet, and names decide who may write")]
@@ -97,6 +117,11 @@ pub(crate) struct Shared {
     memory: Mutex<Memory>,
     /// When Socket Mode last received something (`hello` or an event).
     last_activity: Mutex<tokio::time::Instant>,
+    /// What `run` is doing, or why it ended: said when an event cannot be taken in.
+    state: Mutex<String>,
+    /// Slack said the app's access is gone (`revoked`): why, and what to do. The channel
+    /// stays reported not ready until a restart.
+    revoked: Mutex<Option<String>>,
     /// Where catch-ups start, and the live events waiting for one.
     catch_up: catch_up::State,
 }
@@ -124,6 +149,14 @@ impl Shared {
             .clone()
     }
 
+    fn set_state(&self, state: impl Into<String>) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state.into();
+    }
+
+    fn not_running(&self) -> IntakeError {
+        IntakeError::NotRunning(self.state.lock().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
     pub fn touch(&self) {
         *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) = tokio::time::Instant::now();
     }
@@ -136,8 +169,16 @@ impl Shared {
     }
 
     pub fn set_connected(&self, connected: bool, detail: &str) {
-        if let Some(i) = self.inbound() {
-            i.set_connected(NAME, connected, detail);
+        let Some(i) = self.inbound() else { return };
+        let revoked = self
+            .revoked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match revoked {
+            // A socket that opens again does not make up for tokens that no longer work.
+            Some(why) if connected => i.set_connected(NAME, false, &why),
+            _ => i.set_connected(NAME, connected, detail),
         }
     }
 
@@ -146,6 +187,10 @@ impl Shared {
     /// (Slack sends it again later) and that catch-up moves to the front. Never waits for
     /// it: on Socket Mode this runs in the socket's read loop, where pongs are read too.
     pub async fn intake(self: &Arc<Self>, callback: &Value) -> Result<(), IntakeError> {
+        if let Some(lost) = self.identity().and_then(|me| revoked::lost(callback, &me)) {
+            self.lose_access(lost);
+            return Ok(());
+        }
         if let Some((channel, ..)) = inbound::position(callback) {
             let now = std::time::Instant::now();
             match self.catch_up.holds.check(channel, now, catch_up::LIVE_HOLD) {
@@ -170,13 +215,14 @@ impl Shared {
         // Everything before the publish shares Slack's 3 s ack window.
         let started = tokio::time::Instant::now();
         let (Some(inbound), Some(me)) = (self.inbound(), self.identity()) else {
-            return Err(IntakeError::NotRunning);
+            return Err(self.not_running());
         };
         let lookups_until = started + USER_LOOKUP_WAIT;
         // Without threads, talk in one never counts as addressed (see `inbound::convert`).
         let thread = inbound::thread_to_look_up(callback, &me).filter(|_| self.cfg.reply_in_thread);
+        let mut read = None;
         if let Some(thread) = thread {
-            self.learn_thread(&me, thread, lookups_until).await;
+            read = self.learn_thread(&me, thread, lookups_until).await;
         }
         let decision = {
             let mem = self.memory();
@@ -192,7 +238,18 @@ impl Shared {
             }
             Intake::Publish(c) => c,
         };
-        self.name_sender(&mut c.msg.sender, lookups_until).await;
+        // A message in a thread: what was said there before it, read already or (for one
+        // the bot is to answer) asked for alongside the sender's name.
+        let thread = c.msg.reply_to.clone().map(|root| (c.channel.clone(), root));
+        let addressed = c.msg.mentions_bot || !c.msg.is_group;
+        let ts = c.ts.clone();
+        let (_, context) = tokio::join!(
+            self.name_sender(&mut c.msg.sender, lookups_until),
+            self.thread_context(&me, thread, &ts, read, addressed, lookups_until),
+        );
+        if let Some(text) = context.as_ref().and_then(|x| x.text.clone()) {
+            c.msg.metadata.insert("reply_to_text".into(), text.into());
+        }
         if self.cfg.names_decide_access
             && c.msg.sender.username.is_none()
             && !self.cfg.ids_let_in.contains(&c.msg.sender.id)
@@ -225,6 +282,9 @@ impl Shared {
             if let Some(t) = c.joined_thread {
                 mem.threads.insert(t, true);
             }
+            if let Some(x) = context {
+                mem.context_given.insert(x.thread, ());
+            }
         }
         self.note_handled(callback, accepted && answers_in_thread);
         Ok(())
@@ -247,121 +307,6 @@ impl Shared {
             },
             std::time::Instant::now(),
         );
-    }
-}
-
-impl Shared {
-    /// Is it a thread the bot takes part in? What this run saw is in `threads`; a thread
-    /// from before a restart is not, and a reply's `parent_user_id` (when Slack sends one)
-    /// names only the root's author (a person, when someone started the thread by
-    /// mentioning the bot). So `conversations.replies` is asked, once per thread: the bot
-    /// posted the root, is among those who replied, or posted one of the first messages.
-    /// The answer, either way, is kept in `threads`. It and the user lookup end by `until`
-    /// together; a lookup that fails or runs late counts as someone else's thread and is
-    /// tried again next time.
-    async fn learn_thread(
-        &self,
-        me: &BotIdentity,
-        thread: (String, String),
-        until: tokio::time::Instant,
-    ) {
-        if self.memory().threads.contains(&thread) {
-            return;
-        }
-        let (channel, root) = &thread;
-        let found = tokio::time::timeout_at(until, self.web.thread(channel, root));
-        let mine = match found.await {
-            Ok(Ok(messages)) => {
-                let by_me = |m: &web::ThreadMessage| {
-                    m.user.as_deref() == Some(me.user_id.as_str())
-                        || (m.bot_id.is_some() && m.bot_id == me.bot_id)
-                };
-                messages.iter().any(by_me)
-                    || messages
-                        .first()
-                        .is_some_and(|root| root.reply_users.contains(&me.user_id))
-            }
-            // Slack answered (thread_not_found, missing_scope…): not a thread of the bot's.
-            Ok(Err(web::WebError::Api(code))) => {
-                debug!(%code, "slack conversations.replies refused");
-                false
-            }
-            Ok(Err(e)) => {
-                debug!(error = %e, "slack conversations.replies failed");
-                return;
-            }
-            Err(_) => {
-                debug!("slack conversations.replies slow; treated as someone else's thread");
-                return;
-            }
-        };
-        self.memory().threads.insert(thread, mine);
-    }
-
-    /// Fill the sender's names from the `users.info` cache. A user not cached yet is looked
-    /// up first, since `allow_from` may name them by username — but only `until` (see
-    /// [`USER_LOOKUP_WAIT`]), so intake (and Slack's ack) never hangs on it: a lookup that
-    /// fails or runs late leaves the id, and a late answer still fills the cache.
-    async fn name_sender(
-        self: &Arc<Self>,
-        sender: &mut switchboard_channel::Sender,
-        until: tokio::time::Instant,
-    ) {
-        let lookup = {
-            let mut mem = self.memory();
-            if mem.users.contains(&sender.id) {
-                None
-            } else if let Some(pending) = mem.users_pending.get(&sender.id) {
-                Some(pending.clone())
-            } else {
-                let pending = self.look_up_user(&sender.id);
-                mem.users_pending.insert(sender.id.clone(), pending.clone());
-                Some(pending)
-            }
-        };
-        if let Some(mut done) = lookup {
-            // Resolves when the lookup task drops its sender, after it filled the cache.
-            if tokio::time::timeout_at(until, done.changed())
-                .await
-                .is_err()
-            {
-                debug!(user = %sender.id, "slack users.info slow; showing the user id");
-            }
-        }
-        if let Some(Some(n)) = self.memory().users.get(&sender.id).cloned() {
-            sender.username = n.username;
-            sender.display_name = n.display_name;
-        }
-    }
-
-    /// Start one `users.info` lookup; the receiver sees its sender dropped when it is over.
-    fn look_up_user(self: &Arc<Self>, id: &str) -> watch::Receiver<()> {
-        let (done, pending) = watch::channel(());
-        let (sh, id) = (self.clone(), id.to_string());
-        tokio::spawn(async move {
-            let names = sh.web.user_names(&id).await;
-            let mut mem = sh.memory();
-            mem.users_pending.remove(&id);
-            match names {
-                Ok(n) => mem.users.insert(id, n),
-                // Slack answered (user_not_found, missing_scope…): don't ask again.
-                Err(web::WebError::Api(code)) => {
-                    if sh.cfg.names_decide_access {
-                        warn!(%code, user = %id, "slack users.info refused, so this user's \
-                            name is unknown and allow_from's names cannot match them; list \
-                            their member id (or grant the users:read scope)");
-                    } else {
-                        debug!(%code, "slack users.info refused; showing the user id");
-                    }
-                    mem.users.insert(id, None);
-                }
-                Err(e) => debug!(error = %e, "slack users.info failed"),
-            }
-            // The cache is filled: now wake the waiters.
-            drop(mem);
-            drop(done);
-        });
-        pending
     }
 }
 
@@ -397,9 +342,53 @@ impl SlackChannel {
                 inbound: RwLock::new(None),
                 memory: Mutex::new(Memory::default()),
                 last_activity: Mutex::new(tokio::time::Instant::now()),
+                state: Mutex::new("not started".into()),
+                revoked: Mutex::new(None),
                 catch_up: catch_up::State::default(),
             }),
         })
+    }
+
+    /// Socket Mode when an app token is set and Slack takes it; else the Events API. A
+    /// refused app token ends the channel — unless a signing secret is set too (both, while
+    /// switching over): then events keep coming in over the Events API, and the log says
+    /// which variable to fix. `None` on shutdown.
+    async fn choose_mode(
+        &self,
+        inbound: &InboundSender,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Mode>, ChannelError> {
+        let cfg = &self.shared.cfg;
+        let Some(app_token) = &cfg.app_token else {
+            return match cfg.signing_secret {
+                Some(_) => Ok(Some(Mode::EventsApi(EVENTS_API_WAITING))),
+                None => Err(ChannelError::Other(
+                    "slack: set an app token (Socket Mode) or a signing secret (Events API)".into(),
+                )),
+            };
+        };
+        self.shared
+            .set_state("starting: checking the app token (apps.connections.open)");
+        let checked = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            r = socket::check_app_token(&self.shared, app_token) => r,
+        };
+        let Err(e) = checked else {
+            return Ok(Some(Mode::Socket(app_token.clone())));
+        };
+        let var = &cfg.app_token_env;
+        if cfg.signing_secret.is_some() {
+            warn!(error = %e, "slack app token (${var}) refused by apps.connections.open: \
+                Socket Mode is off, and events come in only over the Events API (POST \
+                /slack/events). If the Slack app uses Socket Mode, put a valid app-level \
+                token (xapp-…, scope connections:write) in ${var} and restart; if it uses \
+                the Events API, unset ${var}");
+            return Ok(Some(Mode::EventsApi(EVENTS_API_ONLY)));
+        }
+        inbound.set_connected(NAME, false, "app token refused");
+        Err(ChannelError::Unauthorized(format!(
+            "slack app token (${var}) refused by apps.connections.open: {e}"
+        )))
     }
 
     /// `auth.test` until it answers; refused credentials end the channel.
@@ -457,17 +446,33 @@ impl Channel for SlackChannel {
         shutdown: CancellationToken,
     ) -> Result<(), ChannelError> {
         let sh = &self.shared;
+        sh.set_state("starting: checking the bot token (auth.test)");
         // Until auth.test answers, the gateway reports the channel as "connecting".
         let me = match self.identify(&shutdown).await {
             Ok(Some(me)) => me,
-            Ok(None) => return Ok(()),
+            Ok(None) => {
+                sh.set_state("stopped");
+                return Ok(());
+            }
             Err(e) => {
+                sh.set_state(format!("stopped: {e}"));
                 inbound.set_connected(NAME, false, "bot token refused");
                 return Err(e);
             }
         };
         info!(user_id = %me.user_id, "slack bot identified");
         *sh.identity.write().unwrap_or_else(|e| e.into_inner()) = Some(me);
+        let mode = match self.choose_mode(&inbound, &shutdown).await {
+            Ok(Some(mode)) => mode,
+            Ok(None) => {
+                sh.set_state("stopped");
+                return Ok(());
+            }
+            Err(e) => {
+                sh.set_state(format!("stopped: {e}"));
+                return Err(e);
+            }
+        };
         let saver = sh.cfg.state_file.clone().map(|path| {
             let recent = &sh.catch_up.recent;
             recent.load(
@@ -479,26 +484,28 @@ impl Channel for SlackChannel {
             let task = tokio::spawn(catch_up::keep_saved(sh.clone(), path, stop.clone()));
             (stop, task)
         });
-        let result = match (&sh.cfg.app_token, &sh.cfg.signing_secret) {
+        sh.set_state("running");
+        let result = match mode {
             // The catch-up starts with the first socket's `hello` (see `frames`).
-            (Some(app_token), _) => {
+            Mode::Socket(app_token) => {
                 sh.set_inbound(Some(inbound.clone()));
-                socket::run(sh.clone(), app_token, shutdown).await
+                socket::run(sh.clone(), &app_token, shutdown).await
             }
-            (None, Some(_)) => {
+            Mode::EventsApi(detail) => {
                 // Held before intake opens: a live event cannot overtake the catch-up.
                 let todo = catch_up::plan(sh);
                 sh.set_inbound(Some(inbound.clone()));
                 catch_up::start(sh.clone(), todo, shutdown.clone());
-                inbound.set_connected(NAME, true, "events api: waiting for POST /slack/events");
+                inbound.set_connected(NAME, true, detail);
                 shutdown.cancelled().await;
                 Ok(())
             }
-            (None, None) => Err(ChannelError::Other(
-                "slack: set an app token (Socket Mode) or a signing secret (Events API)".into(),
-            )),
         };
         sh.set_inbound(None);
+        match &result {
+            Ok(()) => sh.set_state("stopped"),
+            Err(e) => sh.set_state(format!("stopped: {e}")),
+        }
         if let Some((stop, task)) = saver {
             // Written once more as it stops.
             stop.cancel();

@@ -22,23 +22,35 @@ use tracing::{info, warn};
 
 use crate::Shared;
 use crate::frames::Frames;
+use crate::web::WebError;
 
-/// Run Socket Mode until `shutdown`.
+/// Longest wait for the app token's check before the sockets are left to try on their own.
+const CHECK_WAIT: Duration = Duration::from_secs(10);
+
+/// Ask `apps.connections.open` with the app token before any socket opens: `Err` when Slack
+/// refuses the token. Anything else (a 5xx, no answer in [`CHECK_WAIT`]) is left to the
+/// sockets, which keep trying.
+pub(crate) async fn check_app_token(sh: &Shared, app_token: &str) -> Result<(), WebError> {
+    match tokio::time::timeout(CHECK_WAIT, sh.web.check_app_token(app_token)).await {
+        Ok(Err(e)) if e.is_auth() => Err(e),
+        Ok(Err(e)) => {
+            warn!(error = %e, "slack apps.connections.open failed; will keep trying");
+            Ok(())
+        }
+        Err(_) => {
+            warn!("slack apps.connections.open did not answer in time; will keep trying");
+            Ok(())
+        }
+        Ok(Ok(())) => Ok(()),
+    }
+}
+
+/// Run Socket Mode until `shutdown` (the app token checked by [`check_app_token`]).
 pub(crate) async fn run(
     sh: Arc<Shared>,
     app_token: &str,
     shutdown: CancellationToken,
 ) -> Result<(), ChannelError> {
-    match sh.web.check_app_token(app_token).await {
-        Err(e) if e.is_auth() => {
-            sh.set_connected(false, "app token refused");
-            return Err(ChannelError::Unauthorized(format!(
-                "slack app token refused by apps.connections.open: {e}"
-            )));
-        }
-        Err(e) => warn!(error = %e, "slack apps.connections.open failed; will keep trying"),
-        Ok(()) => {}
-    }
     let token = SlackApiToken::new(SlackApiTokenValue(app_token.to_string()));
     let cfg = &sh.cfg;
     let ping = cfg.socket_ping_interval.as_secs().max(1);

@@ -20,6 +20,20 @@ pub(crate) type Connector = SlackClientHyperHttpsConnector;
 pub(crate) struct BotIdentity {
     pub user_id: String,
     pub bot_id: Option<String>,
+    /// The workspace the bot token belongs to.
+    pub team_id: Option<String>,
+}
+
+#[cfg(test)]
+impl BotIdentity {
+    /// The bot of the unit tests: user `UBOT`, bot `BBOT`, workspace unknown.
+    pub(crate) fn test() -> Self {
+        BotIdentity {
+            user_id: "UBOT".into(),
+            bot_id: Some("BBOT".into()),
+            team_id: None,
+        }
+    }
 }
 
 /// A failed Web API call.
@@ -123,6 +137,7 @@ struct Ignored {}
 struct AuthTest {
     user_id: String,
     bot_id: Option<String>,
+    team_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -150,21 +165,35 @@ pub(crate) struct UserNames {
     pub display_name: String,
 }
 
-#[derive(Deserialize)]
-struct Replies {
+/// The first messages of a thread (`conversations.replies`), its root first.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct Thread {
     #[serde(default)]
-    messages: Vec<ThreadMessage>,
+    pub messages: Vec<ThreadMessage>,
+    /// More messages follow those read.
+    #[serde(default)]
+    pub has_more: bool,
 }
 
-/// One message of a thread (`conversations.replies`): who posted it, and on the root, who
-/// replied.
-#[derive(Debug, Clone, Deserialize)]
+/// One message of a thread (`conversations.replies`): who posted it and what it says, and on
+/// the root, who replied.
+#[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct ThreadMessage {
     pub user: Option<String>,
     pub bot_id: Option<String>,
+    #[serde(default)]
+    pub ts: String,
+    /// Slack's mrkdwn, as posted.
+    #[serde(default)]
+    pub text: String,
+    /// The name a bot posted under.
+    pub username: Option<String>,
     /// On the root: up to 5 users who replied.
     #[serde(default)]
     pub reply_users: Vec<String>,
+    /// Files shared with the message (only counted).
+    #[serde(default)]
+    pub files: Vec<serde::de::IgnoredAny>,
 }
 
 /// One page of `conversations.history` or `conversations.replies`: the messages as Slack
@@ -201,7 +230,7 @@ struct ConnectionsOpen {
     url: String,
 }
 
-/// Messages of a thread read to tell whether the bot took part in it.
+/// Messages of a thread read to tell whether the bot took part in it, and what was said.
 pub(crate) const THREAD_LOOKUP: usize = 50;
 
 /// Messages asked for per page of a catch-up (Slack's default; at most 999).
@@ -259,6 +288,7 @@ impl WebApi {
         Ok(BotIdentity {
             user_id: r.user_id,
             bot_id: r.bot_id,
+            team_id: r.team_id,
         })
     }
 
@@ -300,14 +330,14 @@ impl WebApi {
 
     /// `conversations.replies`: the first [`THREAD_LOOKUP`] messages of thread `ts`, its
     /// root first.
-    pub async fn thread(&self, channel: &str, ts: &str) -> Result<Vec<ThreadMessage>, WebError> {
+    pub async fn thread(&self, channel: &str, ts: &str) -> Result<Thread, WebError> {
         let limit = THREAD_LOOKUP.to_string();
         let params = vec![
             ("channel", Some(channel)),
             ("ts", Some(ts)),
             ("limit", Some(limit.as_str())),
         ];
-        let r: Replies = self
+        let r: Thread = self
             .client
             .open_session(&self.bot_token)
             .http_session_api
@@ -317,7 +347,7 @@ impl WebApi {
         if r.messages.is_empty() {
             return Err(WebError::Api("thread_not_found".into()));
         }
-        Ok(r.messages)
+        Ok(r)
     }
 
     /// `conversations.history`: the top-level messages (and thread broadcasts) of `channel`

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::{Sink, events_config, start};
 use http::HeaderMap;
 use switchboard_channel::{Channel, InboundSender, OutboundMessage};
-use switchboard_fakes::slack::{FakeSlack, Fault, events};
+use switchboard_fakes::slack::{BOT_USER_ID, FakeSlack, Fault, events};
 use switchboard_slack::SlackChannel;
 
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -241,13 +241,7 @@ async fn a_reply_under_the_bots_own_top_level_post_is_addressed_to_it() {
 async fn a_follow_up_in_a_thread_the_bot_answered_before_a_restart_is_addressed() {
     let fake = FakeSlack::start().await;
     fake.add_message("C9", "4.0", "U2", "<@UBOT> how many users?");
-    fake.add_reply(
-        "C9",
-        "4.0",
-        "4.1",
-        switchboard_fakes::slack::BOT_USER_ID,
-        "1 200.",
-    );
+    fake.add_reply("C9", "4.0", "4.1", BOT_USER_ID, "1 200.");
     let run = running(&fake).await;
     let mut ev = events::thread_reply("C9", "U2", "and last month?", "4.2", "4.0");
     ev["parent_user_id"] = serde_json::json!("U2");
@@ -360,4 +354,100 @@ async fn when_names_decide_access_an_event_waits_for_its_senders_name() {
     assert_eq!(got.len(), 2);
     assert_eq!(got[1].sender.username, None);
     run.stop().await.unwrap();
+}
+
+/// Both intakes set, as while switching over, and Slack refuses the app token: Socket Mode
+/// is off, but signed events still come in over the Events API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_app_token_leaves_the_events_api_taking_events_in() {
+    let fake = FakeSlack::start().await;
+    let run = start(events_config(&fake, SECRET).with_app_token("xapp-refused"));
+    run.sink.wait_for_connected(true).await;
+    let detail = run
+        .sink
+        .connected
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap()
+        .1;
+    assert!(detail.contains("app token was refused"), "{detail}");
+    let body = events::event_callback_body("Ev30", events::dm("D3", "U3", "still here?", "30.0"));
+    assert_eq!(deliver(&run.channel, &body).await, 200);
+    assert_eq!(run.sink.published()[0].text, "still here?");
+    assert_eq!(fake.call_count("apps.connections.open"), 1);
+    assert_eq!(fake.connections(), 0, "no socket");
+    assert!(!run.task.is_finished());
+    run.stop().await.unwrap();
+}
+
+/// A 503 says why the event cannot be taken in: the channel not started yet, or stopped
+/// because Slack refused the bot token (with Slack's code, never the token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_names_the_reason() {
+    let fake = FakeSlack::start().await;
+    let body = events::event_callback_body("Ev31", events::dm("D3", "U3", "hi", "31.0"));
+    let ch = SlackChannel::new(events_config(&fake, SECRET)).unwrap();
+    let (status, why, _) = ch
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(
+        (status, why.as_str()),
+        (503, "slack channel not running: not started")
+    );
+
+    let mut cfg = events_config(&fake, SECRET);
+    cfg.bot_token = "xoxb-refused-token".into();
+    let run = start(cfg);
+    let ended = tokio::time::timeout(Duration::from_secs(10), run.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(ended.is_err());
+    let (status, why, _) = run
+        .channel
+        .handle_events_request(&signed(&body), body.as_bytes())
+        .await;
+    assert_eq!(status, 503);
+    assert!(
+        why.starts_with("slack channel not running: stopped: ")
+            && why.contains("bot token refused by auth.test")
+            && why.contains("invalid_auth"),
+        "{why}"
+    );
+    assert!(!why.contains("xoxb-refused-token"), "{why}");
+}
+
+/// Slack says the app was uninstalled, or revoked the bot's token: answered 200 (Slack needs
+/// nothing more), and the channel is reported not ready, saying what to do — not for a
+/// revocation of someone else's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uninstall_or_a_revoked_bot_token_leaves_the_channel_not_ready() {
+    let fake = FakeSlack::start().await;
+    for (name, event) in [
+        ("uninstalled", events::app_uninstalled()),
+        ("revoked", events::tokens_revoked(&[BOT_USER_ID], &[])),
+    ] {
+        let run = running(&fake).await;
+        let people = events::tokens_revoked(&[], &["U7"]);
+        let body = events::event_callback_body(&format!("Ev{name}0"), people);
+        assert_eq!(deliver(&run.channel, &body).await, 200);
+        assert_eq!(
+            run.sink.connected_log(),
+            [true],
+            "{name}: not the bot's token"
+        );
+
+        let body = events::event_callback_body(&format!("Ev{name}1"), event);
+        assert_eq!(deliver(&run.channel, &body).await, 200, "{name}");
+        let (up, detail) = run.sink.connected.lock().unwrap().last().cloned().unwrap();
+        assert!(!up, "{name}");
+        assert!(
+            detail.contains("reinstall the app") && detail.contains("$SLACK_BOT_TOKEN"),
+            "{name}: {detail}"
+        );
+        assert!(run.sink.published().is_empty());
+        run.stop().await.unwrap();
+    }
 }

@@ -490,3 +490,26 @@ async fn a_reply_under_a_post_from_before_a_restart_is_looked_up_once() {
     );
     run.stop().await.expect("clean stop");
 }
+
+/// After Slack says the app was uninstalled (over the socket), a socket that opens again
+/// does not make the channel ready: its tokens are gone until a restart with new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_uninstall_a_reopened_socket_leaves_the_channel_not_ready() {
+    let fake = FakeSlack::start().await;
+    let run = start(socket_config(&fake));
+    fake.wait_for_connections(1).await;
+    run.sink.wait_for_connected(true).await;
+    let p = fake.push_event(events::app_uninstalled()).await;
+    fake.wait_for_ack(&p.envelope_id).await;
+    assert_eq!(run.sink.connected_log(), [true, false]);
+    fake.drop_sockets();
+    fake.wait_for_connections(2).await;
+    // Closed ("reconnecting"), then the new socket's hello.
+    run.sink
+        .wait("the new socket's report", |s| s.connected_log().len() >= 4)
+        .await;
+    assert_eq!(run.sink.connected_log(), [true, false, false, false]);
+    let last = run.sink.connected.lock().unwrap().last().cloned().unwrap();
+    assert!(last.1.starts_with("app_uninstalled: "), "{}", last.1);
+    run.stop().await.expect("clean stop");
+}

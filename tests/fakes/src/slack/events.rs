@@ -109,6 +109,20 @@ pub fn with_files(mut event: Value, files: &[(&str, &str, u64, &str)]) -> Value 
     event
 }
 
+/// `app_uninstalled`: the app was removed from the workspace (its tokens no longer work).
+pub fn app_uninstalled() -> Value {
+    json!({"type": "app_uninstalled", "event_ts": "1700000000.000000"})
+}
+
+/// `tokens_revoked`: the tokens of these bot users and people were revoked.
+pub fn tokens_revoked(bot_users: &[&str], people: &[&str]) -> Value {
+    json!({
+        "type": "tokens_revoked",
+        "tokens": {"oauth": people, "bot": bot_users},
+        "event_ts": "1700000000.000000",
+    })
+}
+
 /// An `event_callback` envelope around `event`.
 pub fn event_callback(event_id: &str, event: Value) -> Value {
     json!({
