@@ -200,6 +200,9 @@ pub fn start_all(
                 let token = secret(&s.bot_token_env).unwrap_or_default();
                 let mut cfg = switchboard_slack::SlackConfig::new(token);
                 cfg.app_token = secret(&s.app_token_env);
+                // Named in messages about a refused token (never the token).
+                cfg.bot_token_env = s.bot_token_env.clone();
+                cfg.app_token_env = s.app_token_env.clone();
                 cfg.signing_secret = secret(&s.signing_secret_env);
                 cfg.api_url = s.api_url.clone();
                 cfg.reply_in_thread = s.reply_in_thread;
