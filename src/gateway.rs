@@ -339,6 +339,7 @@ pub async fn start(
     let prune_bus = bus.clone();
     let prune_stop = shutdown.clone();
     let inbox = config.gateway.workspace.join("inbox");
+    let jobs = scheduler.clone();
     tracker.spawn(async move {
         for hour in 0u64.. {
             tokio::select! {
@@ -347,6 +348,13 @@ pub async fn start(
             }
             let (bus, stop, inbox) = (prune_bus.clone(), prune_stop.clone(), inbox.clone());
             let daily = hour % 24 == 0;
+            if daily {
+                match jobs.clear_finished(chrono::Utc::now()).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!("cleared {n} reminder(s) finished over a week ago"),
+                    Err(e) => tracing::warn!("clearing finished reminders failed: {e}"),
+                }
+            }
             let pruned = move || prune(&bus, &inbox, daily, &|| stop.is_cancelled());
             match tokio::task::spawn_blocking(pruned).await {
                 Ok(Ok(_)) => {}

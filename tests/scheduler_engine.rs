@@ -563,3 +563,30 @@ async fn finished_reminders_are_cleared_a_week_after_their_run() {
     );
     rig.stop().await;
 }
+
+/// A chat where no job is added again loses its finished reminders to the daily sweep.
+#[tokio::test(start_paused = true)]
+async fn the_daily_sweep_clears_finished_reminders_no_new_job_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = Rig::start(dir.path(), at("2026-11-20T07:00:00Z"), Config::default()).await;
+    let old = rig.add(job(ScheduleSpec::At("in 1m".into()), "bins")).await;
+    let later = rig.add(job(ScheduleSpec::At("in 3d".into()), "milk")).await;
+    assert!(rig.handler.wait_for(1, HOUR).await);
+    let now = |d: i64| at("2026-11-20T07:00:00Z") + chrono::TimeDelta::days(d);
+    assert_eq!(
+        rig.scheduler.clear_finished(now(7)).await.unwrap(),
+        0,
+        "a week: kept"
+    );
+    assert_eq!(rig.scheduler.clear_finished(now(8)).await.unwrap(), 1);
+    assert!(
+        rig.scheduler.get(&old.id).unwrap().is_none(),
+        "gone from the store"
+    );
+    assert_eq!(
+        listed_ids(&rig),
+        vec![later.id],
+        "the one still to come stays"
+    );
+    rig.stop().await;
+}

@@ -22,7 +22,8 @@ use crate::store::{Batch, Store, StoreError, Tree};
 /// Longest message a job may carry.
 const MAX_MESSAGE_CHARS: usize = 4_000;
 /// How long a finished job (a one-shot reminder after its run) stays listed with its runs:
-/// the next job added in its chat after that clears it away.
+/// the next job added in its chat after that clears it away, or else the daily sweep
+/// ([`Scheduler::clear_finished`]).
 pub const FINISHED_KEPT: chrono::Duration = chrono::Duration::days(7);
 
 /// Limits on jobs set or run by someone other than the owner (through the `cron` tool):
@@ -321,6 +322,36 @@ impl Scheduler {
             }
         }
         Ok((enabled, stale))
+    }
+
+    /// Remove every job finished for longer than [`FINISHED_KEPT`] at `now` (the gateway
+    /// calls it daily: a chat where no job is added again would keep them for ever). The
+    /// number removed.
+    pub async fn clear_finished(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<usize, ScheduleError> {
+        let stale = |j: &Job| j.is_finished() && now - j.last_activity() > FINISHED_KEPT;
+        let ids: Vec<String> = self
+            .list(None)
+            .into_iter()
+            .filter(|j| stale(j))
+            .map(|j| j.id)
+            .collect();
+        let _w = self.writes.lock().await;
+        let mut batch = Batch::default();
+        let mut removed = 0;
+        for id in ids {
+            // Read again under the lock: run or changed meanwhile, it stays.
+            if let Some(j) = self.get(&id)?.filter(|j| stale(j)) {
+                index::write(&mut batch, Some(&j), None)?;
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            self.store.commit(batch).await?;
+        }
+        Ok(removed)
     }
 
     /// Jobs of one chat (or all), soonest first; finished jobs last.
