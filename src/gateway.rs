@@ -267,6 +267,19 @@ pub async fn start(
             Arc::new(move |key: &ChatKey| scheduler.reminders_text(key))
         })
         .with_publisher(Arc::new(BusPublisher { bus: bus.clone() }))
+        .with_refused_jobs({
+            let (scheduler, tracker) = (scheduler.clone(), tracker.clone());
+            Arc::new(move |jobs: Vec<String>, why: String| {
+                let scheduler = scheduler.clone();
+                tracker.spawn(async move {
+                    for id in jobs {
+                        if let Err(e) = scheduler.note_refused(&id, &why).await {
+                            tracing::warn!(%id, "cannot note a refused reply on the job: {e}");
+                        }
+                    }
+                });
+            })
+        })
         .with_status(Arc::new(move |key: &ChatKey| {
             let now = if status_bus.is_running(key) {
                 "Now: answering a message here (/stop stops it)\n"

@@ -462,3 +462,45 @@ async fn a_chat_that_moved_takes_its_conversation_and_reminders_along() {
     shutdown.cancel();
     running.stopped().await;
 }
+
+/// A job whose chat refuses every reply (the bot was removed from it) stops after three
+/// such runs, instead of calling the model for ever; each run says why.
+#[tokio::test]
+async fn a_job_whose_chat_refuses_its_replies_stops_after_three_runs() {
+    let llm = FakeLlm::start().await;
+    llm.set_default(Reply::text("ping"));
+    let env = Env::new(&llm.base_url(), "");
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
+    let gone = ChatKey::new("test", "left");
+    ch.refuse(&gone);
+    let scheduler = &running.shared.scheduler;
+    let every = switchboard::scheduler::ScheduleSpec::Every("1s".into());
+    let job = switchboard::scheduler::NewJob::new(gone.clone(), "ping them", every, "cli");
+    let job = scheduler.add(job).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let stopped = loop {
+        let j = scheduler.get(&job.id).unwrap().unwrap();
+        if !j.enabled {
+            break j;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still running: {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(ch.refused(), 3);
+    assert_eq!(stopped.next_run, None);
+    let errors: Vec<&str> = stopped
+        .runs
+        .iter()
+        .filter_map(|r| r.error.as_deref())
+        .collect();
+    assert_eq!(
+        errors,
+        ["the platform refused the reply: chat not found"; 3]
+    );
+    shutdown.cancel();
+    running.stopped().await;
+    assert_eq!(llm.request_count(), 3, "no run after it stopped");
+}

@@ -83,7 +83,12 @@ pub struct Agent {
     /// The turn registry built for the skills list it holds; rebuilt when the skills are
     /// reloaded, so tools, HTTP clients and schemas are not rebuilt on every turn.
     registry_cache: std::sync::Mutex<Option<RegistryFor>>,
+    /// Told of cron jobs whose run's reply the platform refused (the scheduler's count).
+    refused_jobs: Option<RefusedFn>,
 }
+
+/// What is told of refused job replies: the jobs, and the platform's word.
+pub type RefusedFn = Arc<dyn Fn(Vec<String>, String) + Send + Sync>;
 
 /// A turn registry and the skills list it was built for.
 type RegistryFor = (Arc<Vec<skills::Skill>>, Arc<Registry>);
@@ -114,7 +119,14 @@ impl Agent {
             fetch_allow: None,
             skills_cache: std::sync::Mutex::new(None),
             registry_cache: std::sync::Mutex::new(None),
+            refused_jobs: None,
         }
+    }
+
+    /// Who is told when the reply to a cron job's run was refused for good.
+    pub fn with_refused_jobs(mut self, f: RefusedFn) -> Self {
+        self.refused_jobs = Some(f);
+        self
     }
 
     /// The skills, from the cache while it is fresh.
@@ -288,5 +300,10 @@ impl TurnHandler for Agent {
     }
     fn status(&self, key: &ChatKey) -> Option<String> {
         Some(commands::status(self, key))
+    }
+    fn job_replies_refused(&self, jobs: Vec<String>, why: String) {
+        if let Some(f) = &self.refused_jobs {
+            f(jobs, why);
+        }
     }
 }

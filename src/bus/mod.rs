@@ -83,6 +83,9 @@ pub trait TurnHandler: Send + Sync + 'static {
     fn status(&self, _key: &ChatKey) -> Option<String> {
         None
     }
+    /// The platform refused for good the reply to a turn that ran these cron jobs (the
+    /// chat is gone, the bot was removed from it): `why` is its word.
+    fn job_replies_refused(&self, _jobs: Vec<String>, _why: String) {}
 }
 
 /// Why a publish failed. The adapter must not acknowledge upstream.

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use switchboard_channel::{ChatKey, files};
+use switchboard_channel::{ChatKey, Origin, SystemOrigin, files};
 
 use super::{Bus, Queued, TurnInput};
 use crate::store::{Batch, Tree};
@@ -141,6 +141,13 @@ impl Bus {
             self.metrics.turn_latency.observe(started.elapsed());
             self.metrics.turns.fetch_add(1, Ordering::Relaxed);
             drop(permit);
+            let jobs: Vec<String> = batch
+                .iter()
+                .filter_map(|q| match &q.msg.origin {
+                    Origin::System(SystemOrigin::Cron { job_id }) => Some(job_id.clone()),
+                    _ => None,
+                })
+                .collect();
             drop(batch);
             // The start is counted; recording and delivery need not hold others back.
             drop(probation);
@@ -149,7 +156,14 @@ impl Bus {
                 Err(e) => self.record_again(&key, e, output.replies, writes).await,
             };
             if let Some(entries) = recorded {
-                self.outbox.deliver(entries).await;
+                let outcomes = self.outbox.deliver(entries).await;
+                let refused = outcomes.into_iter().find_map(|o| match o {
+                    super::Delivery::Refused(why) => Some(why),
+                    _ => None,
+                });
+                if let (Some(why), false, Some(h)) = (refused, jobs.is_empty(), self.handler()) {
+                    h.job_replies_refused(jobs, why);
+                }
             }
         }
         self.metrics.active_workers.fetch_sub(1, Ordering::Relaxed);

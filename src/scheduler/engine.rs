@@ -19,6 +19,11 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::{Batch, Store, StoreError, Tree};
 
+/// Runs in a row whose replies the platform refused that stop a job.
+pub const REFUSED_RUNS: usize = 3;
+/// How a run's error starts when the platform refused its reply.
+const REFUSED: &str = "the platform refused the reply: ";
+
 /// Longest message a job may carry.
 const MAX_MESSAGE_CHARS: usize = 4_000;
 /// How long a finished job (a one-shot reminder after its run) stays listed with its runs:
@@ -352,6 +357,41 @@ impl Scheduler {
             self.store.commit(batch).await?;
         }
         Ok(removed)
+    }
+
+    /// The platform refused for good the reply to the last run of job `id` (`why`): noted
+    /// on that run, and after [`REFUSED_RUNS`] such runs in a row the job stops, rather
+    /// than call the model for a chat that takes nothing (a member who left, a channel the
+    /// bot was removed from).
+    pub async fn note_refused(&self, id: &str, why: &str) -> Result<(), ScheduleError> {
+        let _w = self.writes.lock().await;
+        let Some(old) = self.get(id)? else {
+            return Ok(());
+        };
+        let mut job = old.clone();
+        let Some(last) = job.runs.last_mut() else {
+            return Ok(());
+        };
+        last.outcome = Outcome::Failed;
+        last.error = Some(format!("{REFUSED}{why}"));
+        let refused = job
+            .runs
+            .iter()
+            .rev()
+            .take_while(|r| r.error.as_deref().is_some_and(|e| e.starts_with(REFUSED)))
+            .count();
+        if refused >= REFUSED_RUNS && !job.is_finished() {
+            job.enabled = false;
+            job.next_run = None;
+            tracing::error!(id, key = %job.key,
+                "cron job stopped: its chat refused the replies of its last {refused} runs \
+                 ({why}); add it again once the bot can post there");
+        }
+        let mut batch = Batch::default();
+        index::write(&mut batch, Some(&old), None)?;
+        index::write(&mut batch, None, Some(&job))?;
+        self.store.commit(batch).await?;
+        Ok(())
     }
 
     /// Jobs of one chat (or all), soonest first; finished jobs last.

@@ -19,6 +19,9 @@ pub struct TestChannel {
     notify: Notify,
     /// While set, sends wait until it is closed ([`TestChannel::release_sends`]).
     held: Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
+    /// Chats the platform refuses for good (the bot was removed from them), and how many
+    /// sends it refused.
+    gone: Mutex<(Vec<ChatKey>, usize)>,
 }
 
 impl TestChannel {
@@ -33,6 +36,18 @@ impl TestChannel {
         if let Some(gate) = self.held.lock().unwrap().take() {
             gate.close();
         }
+    }
+
+    /// Refuse every send to `key` for good, as a platform does for a chat the bot left.
+    #[allow(dead_code)]
+    pub fn refuse(&self, key: &ChatKey) {
+        self.gone.lock().unwrap().0.push(key.clone());
+    }
+
+    /// How many sends were refused.
+    #[allow(dead_code)]
+    pub fn refused(&self) -> usize {
+        self.gone.lock().unwrap().1
     }
 
     pub fn sent(&self) -> Vec<OutboundMessage> {
@@ -85,6 +100,13 @@ impl Channel for TestChannel {
         if let Some(gate) = held {
             // Closed on release.
             let _ = gate.acquire().await;
+        }
+        {
+            let mut gone = self.gone.lock().unwrap();
+            if gone.0.contains(&msg.key) {
+                gone.1 += 1;
+                return Err(SendError::Permanent("chat not found".into()));
+            }
         }
         self.sent.lock().unwrap().push(msg.clone());
         self.notify.notify_waiters();
