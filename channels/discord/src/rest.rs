@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::Value;
 use switchboard_channel::{ChannelError, redact};
 
@@ -38,6 +39,24 @@ impl RestError {
             _ => false,
         }
     }
+}
+
+/// A channel as `GET /channels/{id}` describes it: the few fields the adapter reads.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ChannelInfo {
+    /// Discord's channel type (0 text, 1 DM, 11/12 threads, 15 forum…).
+    #[serde(rename = "type")]
+    pub(crate) kind: u8,
+    #[serde(default)]
+    pub(crate) name: Option<String>,
+    #[serde(default, deserialize_with = "opt_snowflake")]
+    pub(crate) parent_id: Option<u64>,
+}
+
+fn opt_snowflake<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let s = Option::<String>::deserialize(d)?;
+    s.map(|s| s.parse().map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 /// A minimal Discord REST client bound to one token and one base URL.
@@ -183,6 +202,16 @@ impl Rest {
             serde_json::from_value(v).map_err(|e| RestError::Decode(format!("messages: {e}")))?;
         msgs.sort_by_key(|m| m.id);
         Ok(msgs)
+    }
+
+    /// `GET /channels/{id}`: the channel's type, name and parent.
+    pub(crate) async fn channel(&self, channel_id: u64) -> Result<ChannelInfo, RestError> {
+        let path = format!("/channels/{channel_id}");
+        let v = self
+            .call(reqwest::Method::GET, &path, None, true)
+            .await?
+            .unwrap_or_default();
+        serde_json::from_value(v).map_err(|e| RestError::Decode(format!("channel: {e}")))
     }
 
     /// `POST /channels/{id}/typing`.

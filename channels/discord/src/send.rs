@@ -1,6 +1,8 @@
 //! Delivering a reply: render and chunk, post the chunks in order (the first one replying
 //! to the triggering message), wait out 429s and back off on 5xx, and remember delivered
 //! chunks so that a retried reply never posts a chunk twice.
+//!
+//! Posting in a thread makes the bot take part in it (`follow`).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
@@ -12,6 +14,7 @@ use switchboard_channel::{
 };
 
 use crate::DiscordConfig;
+use crate::memory::Memory;
 use crate::rest::{Rest, RestError};
 
 /// Attempts per chunk for 5xx / network failures.
@@ -142,6 +145,7 @@ pub(crate) async fn send(
     caps: Capabilities,
     cfg: &DiscordConfig,
     delivered: &DeliveredChunks,
+    memory: &Memory,
     msg: &OutboundMessage,
 ) -> Result<SendReceipt, SendError> {
     let channel_id = channel_id(&msg.key)?;
@@ -152,6 +156,8 @@ pub(crate) async fn send(
     let fp = msg.fingerprint();
     let progress = msg.progress_key();
     let mut ids = delivered.get(progress);
+    // Followed before the post lands: a follow-up written the moment it shows counts.
+    let newly = memory.posting(channel_id);
     for (i, chunk) in chunks.iter().enumerate().skip(ids.len()) {
         let reply_to = if i == 0 {
             msg.reply_to.as_deref()
@@ -163,7 +169,9 @@ pub(crate) async fn send(
         match post_chunk(rest, cfg, channel_id, &body).await {
             Ok(id) => ids.push(id),
             Err(e) => {
-                if !ids.is_empty() {
+                if ids.is_empty() {
+                    memory.not_posted(channel_id, newly);
+                } else {
                     delivered.remember(progress, &ids);
                 }
                 tracing::warn!(channel_id, chunk = i + 1, of = chunks.len(), error = %e,
