@@ -17,16 +17,20 @@
 //!   thread events or REST; where a message stands (a thread the bot takes part in, the
 //!   first message of a forum post).
 //! - `follow`: the threads the bot posted in, whose messages are addressed to it.
-//! - `memory`: what intake and `send` share (places, followed threads).
+//! - `memory`: what intake and `send` share (places, followed threads, DM channels opened
+//!   for user ids, refusals explained).
 //! - `files`: attached files downloaded into the workspace inbox when the gateway asks
 //!   (`Channel::fetch_files`), before the message's turn.
 //! - `order`: messages of one channel are published in the order the gateway sent them,
 //!   although serenity runs each event's handler in its own task.
 //! - `rest`: the few REST calls the adapter makes itself (message posts, typing, `/users/@me`,
-//!   `/gateway`, a channel), with 429 `retry_after` visible, which serenity hides when its
-//!   rate limiter is disabled.
+//!   `/gateway`, a channel, opening a DM), with 429 `retry_after` and Discord's error codes
+//!   visible, which serenity hides when its rate limiter is disabled.
 //! - `send`: rendering and chunking through `switchboard_channel::format`, replies, safe
-//!   `allowed_mentions`, retries without ever posting a delivered chunk twice.
+//!   `allowed_mentions`, retries without ever posting a delivered chunk twice, a user id
+//!   as a target (its DM channel).
+//! - `refused`: a post refused for a missing permission says in the log, once per channel,
+//!   what to grant.
 
 mod backfill;
 mod client;
@@ -39,6 +43,7 @@ mod memory;
 mod mentions;
 mod order;
 mod places;
+mod refused;
 mod rest;
 mod send;
 
@@ -138,7 +143,7 @@ pub struct DiscordChannel {
     cfg: DiscordConfig,
     rest: rest::Rest,
     sent: send::DeliveredChunks,
-    /// Shared with intake: channels, followed threads.
+    /// Shared with intake: channels, followed threads, DM channels of user ids.
     memory: Arc<memory::Memory>,
     /// For attachment downloads from the CDN (no token).
     files_http: reqwest::Client,
@@ -208,7 +213,7 @@ impl Channel for DiscordChannel {
     }
 
     async fn typing(&self, key: &ChatKey) -> Result<(), SendError> {
-        let channel_id = send::channel_id(key)?;
+        let channel_id = send::target(&self.memory, key)?;
         self.rest
             .typing(channel_id)
             .await
