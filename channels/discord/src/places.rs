@@ -82,9 +82,7 @@ impl From<ChannelInfo> for Place {
         Self {
             kind: Kind::of(c.kind),
             name: c.name,
-            parent: c
-                .parent_id
-                .and_then(|p| (p != 0).then(|| ChannelId::new(p))),
+            parent: c.parent_id,
         }
     }
 }

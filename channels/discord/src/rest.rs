@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
+use serenity::model::id::ChannelId;
 use switchboard_channel::{ChannelError, redact};
 
 /// Why a REST call failed.
@@ -65,26 +66,14 @@ pub(crate) const MISSING_PERMISSIONS: u64 = 50013;
 /// fields the adapter reads.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct ChannelInfo {
-    #[serde(deserialize_with = "snowflake")]
-    pub(crate) id: u64,
+    pub(crate) id: ChannelId,
     /// Discord's channel type (0 text, 1 DM, 11/12 threads, 15 forum…).
     #[serde(rename = "type")]
     pub(crate) kind: u8,
     #[serde(default)]
     pub(crate) name: Option<String>,
-    #[serde(default, deserialize_with = "opt_snowflake")]
-    pub(crate) parent_id: Option<u64>,
-}
-
-fn snowflake<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    let s = String::deserialize(d)?;
-    s.parse().map_err(serde::de::Error::custom)
-}
-
-fn opt_snowflake<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    let s = Option::<String>::deserialize(d)?;
-    s.map(|s| s.parse().map_err(serde::de::Error::custom))
-        .transpose()
+    #[serde(default)]
+    pub(crate) parent_id: Option<ChannelId>,
 }
 
 /// A minimal Discord REST client bound to one token and one base URL.
@@ -258,7 +247,7 @@ impl Rest {
             .unwrap_or_default();
         let dm: ChannelInfo =
             serde_json::from_value(v).map_err(|e| RestError::Decode(format!("DM channel: {e}")))?;
-        Ok(dm.id)
+        Ok(dm.id.get())
     }
 
     /// `POST /channels/{id}/typing`.
