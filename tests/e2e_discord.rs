@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use common::platform::{self, env_with};
 use common::{Env, GatewayProcess};
-use switchboard_fakes::discord::{Author, BOT_USER_ID, FakeDiscord, IncomingMessage, Recorded};
+use switchboard_fakes::discord::{
+    Author, BOT_USER_ID, FakeChannel, FakeDiscord, IncomingMessage, Recorded,
+};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 
 const WAIT: Duration = Duration::from_secs(15);
 const TOKEN: &str = "e2e-discord-token-0123456789";
 const GUILD_CHANNEL: u64 = 111_000_000_000_000_111;
 const DM_CHANNEL: u64 = 222_000_000_000_000_222;
+const FORUM_CHANNEL: u64 = 333_000_000_000_000_333;
 
 /// The fakes and a running gateway with Discord on.
 struct Dc {
@@ -328,4 +331,48 @@ async fn a_mention_mid_sentence_reads_as_the_bots_name() {
         t.llm.requests()[0].last_user_text(),
         "[alice] hey @switchboard what's up, @switchboard?"
     );
+}
+
+/// In a forum post the model reads the post's title with its first message; once the bot
+/// has answered there (a post is a thread), a follow-up needs no mention, while plain talk in
+/// a channel still does (`group_policy = "mention"`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forum_posts_title_reaches_the_model_and_follow_ups_there_need_no_mention() {
+    let t = Dc::start().await;
+    t.dc.add_channel(FakeChannel::forum(FORUM_CHANNEL, "help"));
+    let post = t.dc.push_forum_post(
+        FORUM_CHANNEL,
+        "how do I X",
+        IncomingMessage::guild_mention(0, alice(), "I tried Y"),
+    );
+    let posts = t.wait_posts(1).await;
+    assert_eq!(posts[0].channel_id, post, "answered in the post");
+    assert_eq!(
+        t.llm.requests()[0].last_user_text(),
+        "[alice] (forum post titled \"how do I X\")\nI tried Y"
+    );
+
+    t.dc.push_message_create(IncomingMessage::guild(
+        GUILD_CHANNEL,
+        alice(),
+        "chatting elsewhere",
+    ));
+    t.dc.push_message_create(IncomingMessage::guild(
+        post,
+        alice(),
+        "and what about the second bug?",
+    ));
+    let posts = t.wait_posts(2).await;
+    assert_eq!(posts[1].channel_id, post);
+    assert_eq!(
+        posts[1].content(),
+        "echo: [alice] and what about the second bug?"
+    );
+    let texts: Vec<String> = t
+        .llm
+        .requests()
+        .iter()
+        .map(|r| r.last_user_text())
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
 }

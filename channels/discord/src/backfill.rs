@@ -11,7 +11,8 @@
 //! With a state file the same holds across restarts: it is written every few seconds while
 //! something changed and when the adapter stops, and read when it starts, so the first session
 //! after a restart fetches what was sent while the gateway was down. A crash loses only the
-//! last few seconds of it; those messages are fetched again and dropped by the bus.
+//! last few seconds of it; those messages are fetched again and dropped by the bus. The file
+//! also keeps the threads the bot takes part in (`follow`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serenity::all::Context;
 use serenity::model::id::{ChannelId, GuildId, MessageId};
 
+use crate::follow::{Followed, SavedThread};
 use crate::handler::HandlerState;
 use crate::order::Reserved;
 use crate::rest::RestError;
@@ -57,10 +59,13 @@ struct Inner {
     dirty: bool,
 }
 
-/// The state file: each channel's last handled message.
+/// The state file: each channel's last handled message, and the threads the bot takes part
+/// in (absent from files written before it followed threads).
 #[derive(Serialize, Deserialize)]
 struct Saved {
     channels: Vec<SavedChannel>,
+    #[serde(default)]
+    threads: Vec<SavedThread>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -126,12 +131,14 @@ impl Recent {
 
     /// Read the state file written by [`Recent::save`] (a missing or unreadable one is
     /// nothing remembered); `now` and `wall` are the same moment on both clocks. What it holds
-    /// is caught up on at the first session.
-    pub(crate) fn load(path: &Path, now: Instant, wall: SystemTime) -> Self {
+    /// is caught up on at the first session; its threads go to `followed`.
+    pub(crate) fn load(path: &Path, now: Instant, wall: SystemTime, followed: &Followed) -> Self {
         let saved: Option<Saved> = switchboard_channel::state_file::read(path, "discord");
         let wall_ms = unix_ms(wall);
         let mut inner = Inner::default();
-        for c in saved.map(|s| s.channels).unwrap_or_default() {
+        let (channels, threads) = saved.map_or_else(Default::default, |s| (s.channels, s.threads));
+        followed.restore(threads, wall_ms);
+        for c in channels {
             let age = Duration::from_millis(wall_ms.saturating_sub(c.at_ms));
             if age > MAX_AGE {
                 continue;
@@ -156,14 +163,16 @@ impl Recent {
         self.inner().dirty
     }
 
-    /// Write the state file if anything changed since the last time (`now` and `wall` as in
-    /// [`Recent::load`]). Atomic: a crash leaves the old file or the new one.
-    pub(crate) fn save(&self, path: &Path, now: Instant, wall: SystemTime) {
+    /// Write the state file if anything changed since the last time, here or in `followed`
+    /// (`now` and `wall` as in [`Recent::load`]). Atomic: a crash leaves the old file or the
+    /// new one.
+    pub(crate) fn save(&self, path: &Path, now: Instant, wall: SystemTime, followed: &Followed) {
+        if !self.changed() && !followed.changed() {
+            return;
+        }
+        let threads = followed.take_saved(unix_ms(wall));
         let saved = {
             let mut inner = self.inner();
-            if !inner.dirty {
-                return;
-            }
             inner.dirty = false;
             let wall_ms = unix_ms(wall);
             let channels = inner
@@ -179,10 +188,11 @@ impl Recent {
                     ),
                 })
                 .collect();
-            Saved { channels }
+            Saved { channels, threads }
         };
         if let Err(e) = switchboard_channel::state_file::write(path, &saved) {
             self.inner().dirty = true;
+            followed.unsaved();
             tracing::warn!(file = %path.display(), error = %e, "discord: cannot write the state file");
         }
     }
@@ -322,8 +332,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("discord.json");
         let (t0, w0) = (Instant::now(), SystemTime::now());
+        let followed = Followed::default();
         assert!(
-            Recent::load(&path, t0, w0).new_session(t0).is_empty(),
+            Recent::load(&path, t0, w0, &followed)
+                .new_session(t0)
+                .is_empty(),
             "no file"
         );
 
@@ -335,16 +348,21 @@ mod tests {
             Some(GuildId::new(9)),
             t0,
         );
-        recent.save(&path, t0, w0);
+        recent.save(&path, t0, w0, &followed);
         recent.handled(ChannelId::new(2), MessageId::new(20), None, t0);
-        recent.save(&path, t0, w0);
+        recent.save(&path, t0, w0, &followed);
+        // A thread the bot posted in is saved too, even when nothing else changed.
+        followed.posted(ChannelId::new(3), unix_ms(w0));
+        recent.save(&path, t0, w0, &followed);
 
         // An hour later: both channels are caught up on at the first session.
         let (t1, w1) = (
             t0 + Duration::from_secs(3600),
             w0 + Duration::from_secs(3600),
         );
-        let mut gap = Recent::load(&path, t1, w1).new_session(t1);
+        let back = Followed::default();
+        let mut gap = Recent::load(&path, t1, w1, &back).new_session(t1);
+        assert!(back.follows(ChannelId::new(3), unix_ms(w1)));
         gap.sort_by_key(|(c, _)| *c);
         let got: Vec<_> = gap
             .iter()
@@ -354,11 +372,25 @@ mod tests {
 
         // Two days later: too old to answer.
         let w2 = w0 + MAX_AGE * 2;
-        assert!(Recent::load(&path, t1, w2).new_session(t1).is_empty());
+        assert!(
+            Recent::load(&path, t1, w2, &Followed::default())
+                .new_session(t1)
+                .is_empty()
+        );
+
+        // A file written before threads were kept reads as no thread followed.
+        std::fs::write(&path, br#"{"channels":[]}"#).expect("write");
+        let none = Followed::default();
+        Recent::load(&path, t1, w1, &none);
+        assert!(!none.follows(ChannelId::new(3), unix_ms(w1)));
 
         // A damaged file is nothing remembered.
         std::fs::write(&path, b"{not json").expect("write");
-        assert!(Recent::load(&path, t1, w1).new_session(t1).is_empty());
+        assert!(
+            Recent::load(&path, t1, w1, &Followed::default())
+                .new_session(t1)
+                .is_empty()
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::DiscordConfig;
 use crate::backfill::Recent;
 use crate::client::ClientThread;
 use crate::handler::{Activity, Handler, HandlerState, NAME};
+use crate::memory::Memory;
 use crate::rest::{Rest, RestError};
 
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
@@ -55,27 +56,35 @@ enum Outcome {
 pub(crate) async fn run(
     cfg: &DiscordConfig,
     rest: &Rest,
+    memory: &Arc<Memory>,
     inbound: InboundSender,
     shutdown: CancellationToken,
 ) -> Result<(), ChannelError> {
     let recent = Arc::new(match &cfg.state_file {
-        Some(path) => Recent::load(path, std::time::Instant::now(), SystemTime::now()),
+        Some(path) => Recent::load(
+            path,
+            std::time::Instant::now(),
+            SystemTime::now(),
+            &memory.followed,
+        ),
         None => Recent::default(),
     });
-    let res = keep_up(cfg, rest, inbound, shutdown, &recent).await;
-    save_state(cfg.state_file.as_deref(), &recent).await;
+    let res = keep_up(cfg, rest, memory, inbound, shutdown, &recent).await;
+    save_state(cfg.state_file.as_deref(), &recent, memory).await;
     res
 }
 
-/// Write what `recent` holds to the state file, off the runtime's threads.
-async fn save_state(path: Option<&Path>, recent: &Arc<Recent>) {
+/// Write what `recent` and the followed threads hold to the state file, off the runtime's
+/// threads.
+async fn save_state(path: Option<&Path>, recent: &Arc<Recent>, memory: &Arc<Memory>) {
     // Most ticks have nothing to write: no blocking-pool thread for them.
-    let Some(path) = path.filter(|_| recent.changed()) else {
+    let Some(path) = path.filter(|_| recent.changed() || memory.followed.changed()) else {
         return;
     };
-    let (recent, path) = (recent.clone(), path.to_path_buf());
+    let (recent, memory, path) = (recent.clone(), memory.clone(), path.to_path_buf());
     let _ = tokio::task::spawn_blocking(move || {
-        recent.save(&path, std::time::Instant::now(), SystemTime::now());
+        let (now, wall) = (std::time::Instant::now(), SystemTime::now());
+        recent.save(&path, now, wall, &memory.followed);
     })
     .await;
 }
@@ -83,6 +92,7 @@ async fn save_state(path: Option<&Path>, recent: &Arc<Recent>) {
 async fn keep_up(
     cfg: &DiscordConfig,
     rest: &Rest,
+    memory: &Arc<Memory>,
     inbound: InboundSender,
     shutdown: CancellationToken,
     recent: &Arc<Recent>,
@@ -103,6 +113,7 @@ async fn keep_up(
                     inbound.clone(),
                     bot_id,
                     recent.clone(),
+                    memory.clone(),
                     rest.clone(),
                     tokio::runtime::Handle::current(),
                     shutdown.clone(),
@@ -247,7 +258,7 @@ async fn run_client(
             }
             _ = tick.tick() => {
                 if saved_at.elapsed() >= SAVE_EVERY {
-                    save_state(cfg.state_file.as_deref(), &state.recent).await;
+                    save_state(cfg.state_file.as_deref(), &state.recent, &state.memory).await;
                     saved_at = Instant::now();
                 }
                 let runner = client.runner().await;

@@ -19,7 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backfill::{self, Recent};
 use crate::intake;
+use crate::memory::Memory;
+use crate::mentions::Names;
 use crate::order::Order;
+use crate::places::{self, Places};
 use crate::rest::Rest;
 
 pub(crate) const NAME: &str = "discord";
@@ -34,6 +37,8 @@ pub(crate) struct HandlerState {
     pub(crate) ready_seen: AtomicBool,
     /// What was handled per channel, across clients: caught up on after a new session.
     pub(crate) recent: Arc<Recent>,
+    /// Shared with `send`: channels, followed threads.
+    pub(crate) memory: Arc<Memory>,
     pub(crate) rest: Rest,
     /// The gateway's runtime: the bus spawns tasks, which belong there and not on the
     /// client's own thread (see `client`).
@@ -47,6 +52,7 @@ impl HandlerState {
         inbound: InboundSender,
         bot_id: u64,
         recent: Arc<Recent>,
+        memory: Arc<Memory>,
         rest: Rest,
         main: Handle,
         shutdown: CancellationToken,
@@ -58,6 +64,7 @@ impl HandlerState {
             last_activity: Mutex::new(Instant::now()),
             ready_seen: AtomicBool::new(false),
             recent,
+            memory,
             rest,
             main,
             shutdown,
@@ -85,7 +92,10 @@ impl HandlerState {
         let bot_id = self.bot_id();
         if intake::wanted(msg, bot_id) {
             let bot_role = msg.guild_id.and_then(|g| bot_role(ctx, g, bot_id));
-            let inbound = intake::to_inbound(msg, bot_id, bot_role);
+            let addressed = intake::addresses_bot(msg, bot_id, bot_role);
+            let situation = places::situate(&self.memory, ctx, &self.rest, msg, addressed).await;
+            let names = self.names(ctx, msg);
+            let inbound = intake::to_inbound(msg, bot_id, bot_role, &names, &situation);
             let sender = self.inbound.clone();
             // A client torn down meanwhile drops this wait, not the publish; the message is
             // then not noted handled and is fetched again after the next session (the bus
@@ -102,6 +112,31 @@ impl HandlerState {
             std::time::Instant::now(),
         );
     }
+
+    /// The names of the users, roles and channels `msg` mentions, as far as known.
+    fn names(&self, ctx: &Context, msg: &Message) -> Names {
+        let referenced = msg.referenced_message.as_deref();
+        let snapshots = &msg.message_snapshots;
+        let mut names = Names::of_users(
+            msg.mentions
+                .iter()
+                .chain(referenced.into_iter().flat_map(|r| &r.mentions))
+                .chain(snapshots.iter().flat_map(|s| &s.mentions)),
+        );
+        let texts = std::iter::once(msg.content.as_str())
+            .chain(referenced.map(|r| r.content.as_str()))
+            .chain(snapshots.iter().map(|s| s.content.as_str()));
+        let guild = msg.guild_id;
+        names.look_up(
+            texts,
+            |role| places::role_name(ctx, guild, RoleId::new(role.max(1))),
+            |channel| {
+                let id = serenity::model::id::ChannelId::new(channel.max(1));
+                self.memory.places.name(ctx, guild, id)
+            },
+        );
+        names
+    }
 }
 
 pub(crate) struct Handler(pub(crate) Arc<HandlerState>);
@@ -111,6 +146,7 @@ impl EventHandler for Handler {
     async fn ready(&self, ctx: Context, ready: Ready) {
         // A new session means a new shard runner: hook it before its messages are handled.
         self.0.order.attach(&ctx.shard);
+        Places::attach(&self.0.memory, &ctx.shard);
         self.0.bot_id.store(ready.user.id.get(), Ordering::Relaxed);
         self.0.ready_seen.store(true, Ordering::Relaxed);
         self.0.touch();

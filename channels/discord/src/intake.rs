@@ -1,5 +1,7 @@
 //! `MESSAGE_CREATE` → [`InboundMessage`]: who wrote it, whether it addresses the bot (user
-//! mention, the bot's managed role, or a reply to the bot), replies and attachments.
+//! mention, the bot's managed role, a reply to the bot, or a thread the bot takes part in),
+//! its text with mentions read as names (and a forum post's title with its first message),
+//! replies and attachments.
 
 use chrono::{DateTime, Utc};
 use serenity::model::channel::{
@@ -7,8 +9,14 @@ use serenity::model::channel::{
 };
 use serenity::model::id::{RoleId, UserId};
 use switchboard_channel::{
-    Attachment, AttachmentKind, ChatKey, FORWARDED_FROM, InboundMessage, Sender,
+    Attachment, AttachmentKind, ChatKey, FORWARDED_FROM, InboundMessage, Sender, command_name,
 };
+
+use crate::mentions::{self, Names};
+use crate::places::Situation;
+
+/// Metadata key of a forum post's title, given with the first message the bot gets of it.
+pub(crate) const FORUM_POST_TITLE: &str = "forum_post_title";
 
 /// Whether serenity `msg` should reach the gateway at all: not ours, not another bot's, a
 /// message a person typed (not a join, pin or other system notice), with text or files (a
@@ -59,11 +67,27 @@ fn attachment_kind(mime: Option<&str>, voice: bool) -> AttachmentKind {
     }
 }
 
-/// Build the inbound message for a wanted Discord message.
+/// Whether `msg` mentions the bot (or its managed role) or replies to one of its messages.
+pub(crate) fn addresses_bot(msg: &Message, bot_id: UserId, bot_role: Option<RoleId>) -> bool {
+    msg.mentions.iter().any(|u| u.id == bot_id)
+        || bot_role.is_some_and(|r| msg.mention_roles.contains(&r))
+        || replies_to_bot(msg, bot_id)
+}
+
+fn replies_to_bot(msg: &Message, bot_id: UserId) -> bool {
+    msg.referenced_message
+        .as_ref()
+        .is_some_and(|r| r.author.id == bot_id)
+}
+
+/// Build the inbound message for a wanted Discord message: `names` for its mentions,
+/// `situation` for where it was sent.
 pub(crate) fn to_inbound(
     msg: &Message,
     bot_id: UserId,
     bot_role: Option<RoleId>,
+    names: &Names,
+    situation: &Situation,
 ) -> InboundMessage {
     let author = &msg.author;
     let display_name = msg
@@ -78,27 +102,30 @@ pub(crate) fn to_inbound(
         display_name,
         is_owner: false,
     };
-    let replied_to_bot = msg
-        .referenced_message
-        .as_ref()
-        .is_some_and(|r| r.author.id == bot_id);
-    let mentions_bot = msg.mentions.iter().any(|u| u.id == bot_id)
-        || bot_role.is_some_and(|r| msg.mention_roles.contains(&r))
-        || replied_to_bot;
+    let replied_to_bot = replies_to_bot(msg, bot_id);
+    // In a thread the bot takes part in, as a reply to it would.
+    let mentions_bot = addresses_bot(msg, bot_id, bot_role) || situation.in_bot_thread;
     let forward = forwarded(msg);
-    let mut text = strip_leading_mention(&msg.content, bot_id, bot_role).to_string();
-    // A mention of the bot further on reads as its name, not as a raw id.
-    if let Some(me) = msg.mentions.iter().find(|u| u.id == bot_id) {
-        for raw in [format!("<@{bot_id}>"), format!("<@!{bot_id}>")] {
-            text = text.replace(&raw, &format!("@{}", me.name));
-        }
-    }
+    // Mentions further on (the bot's, other people's, roles, channels) read as names.
+    let mut text = mentions::render(strip_leading_mention(&msg.content, bot_id, bot_role), names);
     if let Some(f) = forward.filter(|f| !f.content.trim().is_empty()) {
+        let content = mentions::render(&f.content, names);
         text = if text.trim().is_empty() {
-            f.content.clone()
+            content
         } else {
-            format!("{text}\n{}", f.content)
+            format!("{text}\n{content}")
         };
+    }
+    // The post's question is often in its title alone; a command stays a command.
+    if let Some(title) = &situation.forum_title {
+        if command_name(&text).is_none() {
+            let line = format!("(forum post titled \"{title}\")");
+            text = if text.trim().is_empty() {
+                line
+            } else {
+                format!("{line}\n{text}")
+            };
+        }
     }
     let key = ChatKey::new("discord", msg.channel_id.to_string());
     let mut m = InboundMessage::text(format!("discord:msg:{}", msg.id), key, sender, text);
@@ -114,8 +141,10 @@ pub(crate) fn to_inbound(
         .or_else(|| msg.referenced_message.as_ref().map(|r| r.id))
         .map(|id| id.to_string());
     if let Some(r) = &msg.referenced_message {
-        m.metadata
-            .insert("reply_to_text".into(), r.content.clone().into());
+        m.metadata.insert(
+            "reply_to_text".into(),
+            mentions::render(&r.content, names).into(),
+        );
         m.metadata
             .insert("reply_to_bot".into(), replied_to_bot.into());
     }
@@ -128,6 +157,10 @@ pub(crate) fn to_inbound(
     }
     if forward.is_some() {
         m.metadata.insert(FORWARDED_FROM.into(), "".into());
+    }
+    if let Some(title) = &situation.forum_title {
+        m.metadata
+            .insert(FORUM_POST_TITLE.into(), title.clone().into());
     }
     let voice = msg
         .flags

@@ -10,28 +10,45 @@
 //! - `backfill`: after a new session (a resume that failed), the messages sent meanwhile are
 //!   fetched over REST and handled as if the gateway had sent them.
 //! - `intake`: `MESSAGE_CREATE` → [`switchboard_channel::InboundMessage`] (mentions,
-//!   replies, attachments), published through the gateway's `InboundSender`.
+//!   replies, attachments, a forum post's title), published through the gateway's
+//!   `InboundSender`.
+//! - `mentions`: `<@id>`, `<@&role>`, `<#channel>` in a message's text as names.
+//! - `places`: what a channel is (DM, thread, forum) and its name, from serenity's cache,
+//!   thread events or REST; where a message stands (a thread the bot takes part in, the
+//!   first message of a forum post).
+//! - `follow`: the threads the bot posted in, whose messages are addressed to it.
+//! - `memory`: what intake and `send` share (places, followed threads, DM channels opened
+//!   for user ids, refusals explained).
 //! - `files`: attached files downloaded into the workspace inbox when the gateway asks
 //!   (`Channel::fetch_files`), before the message's turn.
 //! - `order`: messages of one channel are published in the order the gateway sent them,
 //!   although serenity runs each event's handler in its own task.
 //! - `rest`: the few REST calls the adapter makes itself (message posts, typing, `/users/@me`,
-//!   `/gateway`), with 429 `retry_after` visible, which serenity hides when its rate limiter
-//!   is disabled.
+//!   `/gateway`, a channel, opening a DM), with 429 `retry_after` and Discord's error codes
+//!   visible, which serenity hides when its rate limiter is disabled.
 //! - `send`: rendering and chunking through `switchboard_channel::format`, replies, safe
-//!   `allowed_mentions`, retries without ever posting a delivered chunk twice.
+//!   `allowed_mentions`, retries without ever posting a delivered chunk twice, a user id
+//!   as a target (its DM channel).
+//! - `refused`: a post refused for a missing permission says in the log, once per channel,
+//!   what to grant.
 
 mod backfill;
 mod client;
 mod files;
+mod follow;
 mod gateway;
 mod handler;
 mod intake;
+mod memory;
+mod mentions;
 mod order;
+mod places;
+mod refused;
 mod rest;
 mod send;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -75,9 +92,11 @@ pub struct DiscordConfig {
     pub max_file_bytes: u64,
     /// Longest one file's download may take.
     pub file_download_timeout: Duration,
-    /// Where the last handled message of each recently active channel is kept across
-    /// restarts, so that what was sent while the gateway was stopped is fetched at the next
-    /// start; `None`: kept in memory only (gaps between sessions are still caught up on).
+    /// Where the last handled message of each recently active channel, and the threads the
+    /// bot takes part in, are kept across restarts, so that what was sent while the gateway
+    /// was stopped is fetched at the next start and a thread's follow-ups need no mention
+    /// after one; `None`: kept in memory only (gaps between sessions are still caught up on;
+    /// after a restart a thread needs a mention again).
     pub state_file: Option<PathBuf>,
 }
 
@@ -124,6 +143,8 @@ pub struct DiscordChannel {
     cfg: DiscordConfig,
     rest: rest::Rest,
     sent: send::DeliveredChunks,
+    /// Shared with intake: channels, followed threads, DM channels of user ids.
+    memory: Arc<memory::Memory>,
     /// For attachment downloads from the CDN (no token).
     files_http: reqwest::Client,
     /// Downloads under way ([`PARALLEL_DOWNLOADS`]).
@@ -155,6 +176,7 @@ impl DiscordChannel {
             cfg,
             rest,
             sent: send::DeliveredChunks::default(),
+            memory: Arc::default(),
             files_http,
             downloads: tokio::sync::Semaphore::new(PARALLEL_DOWNLOADS),
         })
@@ -182,15 +204,16 @@ impl Channel for DiscordChannel {
         inbound: InboundSender,
         shutdown: CancellationToken,
     ) -> Result<(), ChannelError> {
-        gateway::run(&self.cfg, &self.rest, inbound, shutdown).await
+        gateway::run(&self.cfg, &self.rest, &self.memory, inbound, shutdown).await
     }
 
     async fn send(&self, msg: &OutboundMessage) -> Result<SendReceipt, SendError> {
-        send::send(&self.rest, self.capabilities(), &self.cfg, &self.sent, msg).await
+        let caps = self.capabilities();
+        send::send(&self.rest, caps, &self.cfg, &self.sent, &self.memory, msg).await
     }
 
     async fn typing(&self, key: &ChatKey) -> Result<(), SendError> {
-        let channel_id = send::channel_id(key)?;
+        let channel_id = send::target(&self.memory, key)?;
         self.rest
             .typing(channel_id)
             .await

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::Value;
+use serenity::model::id::ChannelId;
 use switchboard_channel::{ChannelError, redact};
 
 /// Why a REST call failed.
@@ -18,9 +20,14 @@ pub(crate) enum RestError {
     /// HTTP 401: the token was refused.
     #[error("the bot token was refused (HTTP 401)")]
     Unauthorized,
-    /// Any other unsuccessful status, with Discord's message.
-    #[error("HTTP {status}: {message}")]
-    Status { status: u16, message: String },
+    /// Any other unsuccessful status, with Discord's message and JSON error code (10003
+    /// Unknown Channel, 50013 Missing Permissions…).
+    #[error("HTTP {status}: {message}{}", code.map(|c| format!(" (code {c})")).unwrap_or_default())]
+    Status {
+        status: u16,
+        code: Option<u64>,
+        message: String,
+    },
     /// Connection trouble or timeout.
     #[error("network error: {0}")]
     Network(String),
@@ -38,6 +45,35 @@ impl RestError {
             _ => false,
         }
     }
+
+    /// Discord's JSON error code, when it gave one.
+    pub(crate) fn code(&self) -> Option<u64> {
+        match self {
+            RestError::Status { code, .. } => *code,
+            _ => None,
+        }
+    }
+}
+
+/// Discord's "Unknown Channel": the id is no channel the bot can reach (a user id, say).
+pub(crate) const UNKNOWN_CHANNEL: u64 = 10003;
+/// "Missing Access": the bot cannot see the channel.
+pub(crate) const MISSING_ACCESS: u64 = 50001;
+/// "Missing Permissions": it sees the channel but lacks a permission for the call.
+pub(crate) const MISSING_PERMISSIONS: u64 = 50013;
+
+/// A channel as `GET /channels/{id}` and `POST /users/@me/channels` describe it: the few
+/// fields the adapter reads.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ChannelInfo {
+    pub(crate) id: ChannelId,
+    /// Discord's channel type (0 text, 1 DM, 11/12 threads, 15 forum…).
+    #[serde(rename = "type")]
+    pub(crate) kind: u8,
+    #[serde(default)]
+    pub(crate) name: Option<String>,
+    #[serde(default)]
+    pub(crate) parent_id: Option<ChannelId>,
 }
 
 /// A minimal Discord REST client bound to one token and one base URL.
@@ -114,6 +150,7 @@ impl Rest {
             // The server's own words: a proxy may well quote the request's headers.
             code => RestError::Status {
                 status: code,
+                code: json.as_ref().and_then(|j| j["code"].as_u64()),
                 message: redact(
                     json.as_ref()
                         .and_then(|j| j["message"].as_str())
@@ -183,6 +220,34 @@ impl Rest {
             serde_json::from_value(v).map_err(|e| RestError::Decode(format!("messages: {e}")))?;
         msgs.sort_by_key(|m| m.id);
         Ok(msgs)
+    }
+
+    /// `GET /channels/{id}`: the channel's type, name and parent.
+    pub(crate) async fn channel(&self, channel_id: u64) -> Result<ChannelInfo, RestError> {
+        let path = format!("/channels/{channel_id}");
+        let v = self
+            .call(reqwest::Method::GET, &path, None, true)
+            .await?
+            .unwrap_or_default();
+        serde_json::from_value(v).map_err(|e| RestError::Decode(format!("channel: {e}")))
+    }
+
+    /// `POST /users/@me/channels`: open (or find) the DM channel with user `user_id`; returns
+    /// its channel id.
+    pub(crate) async fn open_dm(&self, user_id: u64) -> Result<u64, RestError> {
+        let body = serde_json::json!({ "recipient_id": user_id.to_string() });
+        let v = self
+            .call(
+                reqwest::Method::POST,
+                "/users/@me/channels",
+                Some(&body),
+                true,
+            )
+            .await?
+            .unwrap_or_default();
+        let dm: ChannelInfo =
+            serde_json::from_value(v).map_err(|e| RestError::Decode(format!("DM channel: {e}")))?;
+        Ok(dm.id.get())
     }
 
     /// `POST /channels/{id}/typing`.

@@ -1,6 +1,11 @@
 //! Delivering a reply: render and chunk, post the chunks in order (the first one replying
 //! to the triggering message), wait out 429s and back off on 5xx, and remember delivered
 //! chunks so that a retried reply never posts a chunk twice.
+//!
+//! A key is a channel id, but a user id works too (what people copy for `allow_from`): its
+//! post is `404 Unknown Channel`, so the DM channel with that user is opened and used (and
+//! remembered). A refusal for a missing permission is explained in the log (`refused`).
+//! Posting in a thread makes the bot take part in it (`follow`).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
@@ -12,7 +17,8 @@ use switchboard_channel::{
 };
 
 use crate::DiscordConfig;
-use crate::rest::{Rest, RestError};
+use crate::memory::Memory;
+use crate::rest::{Rest, RestError, UNKNOWN_CHANNEL};
 
 /// Attempts per chunk for 5xx / network failures.
 const TRANSIENT_ATTEMPTS: u32 = 4;
@@ -135,6 +141,41 @@ async fn post_chunk(
     }
 }
 
+/// The channel to post in for `msg`'s key: its DM channel when the key is a user id whose
+/// DM was opened before.
+pub(crate) fn target(memory: &Memory, key: &ChatKey) -> Result<u64, SendError> {
+    let id = channel_id(key)?;
+    Ok(memory.dm_of(id).unwrap_or(id))
+}
+
+/// `id` was no channel (`refused`, a 404 Unknown Channel): open the DM channel with `id` as
+/// a user id. `Err`: the permanent refusal, saying it is neither.
+async fn open_dm(
+    rest: &Rest,
+    memory: &Memory,
+    id: u64,
+    refused: RestError,
+) -> Result<u64, SendError> {
+    match rest.open_dm(id).await {
+        Ok(dm) => {
+            tracing::info!(
+                user = id,
+                dm_channel = dm,
+                "discord: discord:{id} is a user id, not a channel: posting in the DM channel with them"
+            );
+            memory.remember_dm(id, dm);
+            Ok(dm)
+        }
+        Err(e) if e.is_transient() || matches!(e, RestError::RateLimited(_)) => {
+            Err(to_send_error(e))
+        }
+        Err(e) => Err(SendError::Permanent(format!(
+            "{refused}: discord:{id} is no channel the bot can reach, and no user it can open a \
+             DM with ({e})"
+        ))),
+    }
+}
+
 /// Deliver `msg`: chunks in order; on failure, the chunks already posted are remembered and
 /// skipped when the outbox retries the same reply.
 pub(crate) async fn send(
@@ -142,9 +183,11 @@ pub(crate) async fn send(
     caps: Capabilities,
     cfg: &DiscordConfig,
     delivered: &DeliveredChunks,
+    memory: &Memory,
     msg: &OutboundMessage,
 ) -> Result<SendReceipt, SendError> {
-    let channel_id = channel_id(&msg.key)?;
+    let asked = channel_id(&msg.key)?;
+    let mut channel_id = target(memory, &msg.key)?;
     let chunks: Vec<String> = switchboard_channel::format::render_chunks(&msg.text, caps)
         .into_iter()
         .filter(|c| !c.trim().is_empty())
@@ -152,6 +195,8 @@ pub(crate) async fn send(
     let fp = msg.fingerprint();
     let progress = msg.progress_key();
     let mut ids = delivered.get(progress);
+    // Followed before the post lands: a follow-up written the moment it shows counts.
+    let mut newly = memory.posting(channel_id);
     for (i, chunk) in chunks.iter().enumerate().skip(ids.len()) {
         let reply_to = if i == 0 {
             msg.reply_to.as_deref()
@@ -160,14 +205,46 @@ pub(crate) async fn send(
         };
         let nonce = nonce(msg, fp).map(|n| format!("{n:016x}-{i}"));
         let body = chunk_body(chunk, reply_to, nonce.as_deref());
-        match post_chunk(rest, cfg, channel_id, &body).await {
-            Ok(id) => ids.push(id),
+        let posted = match post_chunk(rest, cfg, channel_id, &body).await {
+            Err(e) if e.code() == Some(UNKNOWN_CHANNEL) && channel_id == asked => {
+                match open_dm(rest, memory, asked, e).await {
+                    Ok(dm) => {
+                        memory.not_posted(asked, newly);
+                        channel_id = dm;
+                        newly = memory.posting(channel_id);
+                        post_chunk(rest, cfg, channel_id, &body).await
+                    }
+                    Err(refusal) => {
+                        if ids.is_empty() {
+                            memory.not_posted(asked, newly);
+                        } else {
+                            delivered.remember(progress, &ids);
+                        }
+                        tracing::warn!(channel_id, error = %refusal, "discord: reply not delivered");
+                        return Err(refusal);
+                    }
+                }
+            }
+            r => r,
+        };
+        match posted {
+            Ok(id) => {
+                ids.push(id);
+                memory.posted(channel_id);
+            }
             Err(e) => {
-                if !ids.is_empty() {
+                if ids.is_empty() {
+                    memory.not_posted(channel_id, newly);
+                } else {
                     delivered.remember(progress, &ids);
                 }
                 tracing::warn!(channel_id, chunk = i + 1, of = chunks.len(), error = %e,
                     "discord: reply not (fully) delivered");
+                let replying = body.get("message_reference").is_some();
+                memory
+                    .explained
+                    .explain(rest, &memory.places, channel_id, &e, replying)
+                    .await;
                 return Err(to_send_error(e));
             }
         }

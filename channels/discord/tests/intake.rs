@@ -4,7 +4,7 @@ mod common;
 
 use switchboard_channel::{AttachmentKind, Channel};
 use switchboard_fakes::discord::{
-    Author, BOT_ROLE_ID, BOT_USER_ID, GUILD_ID, IncomingMessage, attachment,
+    Author, BOT_ROLE_ID, BOT_USER_ID, GUILD_ID, HELPER_ROLE_ID, IncomingMessage, attachment,
 };
 
 const CHAN: u64 = 111;
@@ -144,6 +144,33 @@ async fn attachments_and_role_mentions_of_the_bot() {
     assert!(got.attachments[0].location.ends_with("/9/cat.png"));
     assert_eq!(got.attachments[1].kind, AttachmentKind::Document);
     assert_ne!(BOT_USER_ID, 0);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_peoples_mentions_roles_and_channels_read_as_names() {
+    let h = common::start().await;
+    h.fake.push_guild_create(CHAN);
+    let mut m = IncomingMessage::guild_mention(
+        CHAN,
+        alice(),
+        &format!(
+            "ask <@43> or <@!44>, or <@&{HELPER_ROLE_ID}> in <#{CHAN}>; not <@45>, <@&7>, <#8>"
+        ),
+    );
+    m.mentions.push(Author::user(43, "bob"));
+    m.mentions
+        .push(Author::user(44, "carol").with_global_name("Carol C."));
+    m.mention_roles.push(HELPER_ROLE_ID);
+    // Replying to a message that mentions someone: the quote reads the same way.
+    m.reply_to = Some((5, Author::user(43, "bob"), "ping <@44>".into()));
+    h.fake.push_message_create(m);
+    let msgs = h.rec.wait_for_msgs(1).await;
+    assert_eq!(
+        msgs[0].text,
+        "ask @bob or @carol, or @helpers in #general; not <@45>, <@&7>, <#8>"
+    );
+    assert_eq!(msgs[0].metadata["reply_to_text"], "ping @carol");
     h.stop().await;
 }
 

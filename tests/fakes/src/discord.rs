@@ -1,13 +1,17 @@
 //! Fake Discord: the REST API under `/api/v10` and a JSON websocket gateway, on 127.0.0.1.
 //!
 //! Real serenity talks to it unchanged. REST ([`rest`]) records every message post, edit and
-//! typing call and can inject 429 / 500 faults; the gateway ([`gateway`]) speaks HELLO →
+//! typing call and can inject 429 / 500 faults; [`channels`] adds threads, forums and their
+//! posts, DMs opened by user id, and refused posts (404 Unknown Channel, 403 Missing
+//! Permissions / Access); the gateway ([`gateway`]) speaks HELLO →
 //! IDENTIFY → READY → heartbeats → dispatches, accepts RESUME (replaying missed events), and
 //! can abort, half-close or freeze a connection. Tests drive it with `push_*` helpers and
 //! wait on what crossed the wire with bounded `wait_for_*` calls.
 
 mod cdn;
 pub use cdn::FileGet;
+mod channels;
+pub use channels::{ChannelKind, Denial, FakeChannel, Refusal};
 mod gateway;
 mod messages;
 pub use messages::{Author, IncomingMessage, attachment, message_json};
@@ -31,6 +35,8 @@ pub const APPLICATION_ID: u64 = 900_000_000_000_000_002;
 pub const GUILD_ID: u64 = 900_000_000_000_000_003;
 /// The bot's managed role in [`GUILD_ID`] (sent by [`FakeDiscord::push_guild_create`]).
 pub const BOT_ROLE_ID: u64 = 900_000_000_000_000_004;
+/// A role of people, "helpers", in [`GUILD_ID`] (sent by [`FakeDiscord::push_guild_create`]).
+pub const HELPER_ROLE_ID: u64 = 900_000_000_000_000_005;
 
 /// A fault the next message post (or edit) answers with instead of success.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,6 +126,7 @@ pub(crate) struct State {
     /// Connections reset that way.
     pub(crate) refused: usize,
     pub(crate) cdn: cdn::Cdn,
+    pub(crate) channels: channels::Channels,
 }
 
 impl State {
@@ -279,14 +286,19 @@ impl FakeDiscord {
 
     /// Dispatch MESSAGE_CREATE for `msg`; returns the new message id.
     pub fn push_message_create(&self, msg: IncomingMessage) -> u64 {
+        let id = self.shared.lock().new_id();
+        self.push_message_create_with_id(id, msg);
+        id
+    }
+
+    /// Dispatch MESSAGE_CREATE for `msg` with message id `id`.
+    fn push_message_create_with_id(&self, id: u64, msg: IncomingMessage) {
         let mut st = self.shared.lock();
-        let id = st.new_id();
         let d = incoming_json(id, &msg);
         st.remember(msg.channel_id, &d);
         st.dispatch("MESSAGE_CREATE", d);
         drop(st);
         self.shared.bump();
-        id
     }
 
     /// `msg` is sent to Discord but its MESSAGE_CREATE never reaches the bot (sent while no
@@ -301,10 +313,13 @@ impl FakeDiscord {
         id
     }
 
-    /// Dispatch GUILD_CREATE for [`GUILD_ID`] with one text channel `channel_id`, the
-    /// @everyone role and the bot's managed role [`BOT_ROLE_ID`] (every field serenity needs).
+    /// Dispatch GUILD_CREATE for [`GUILD_ID`] with one text channel `channel_id` ("general")
+    /// and the channels registered with [`FakeDiscord::add_channel`] (threads among the
+    /// active ones), the @everyone role, the bot's managed role [`BOT_ROLE_ID`] and
+    /// [`HELPER_ROLE_ID`] (every field serenity needs).
     pub fn push_guild_create(&self, channel_id: u64) -> u64 {
-        self.push_dispatch("GUILD_CREATE", gateway::guild_create(channel_id))
+        let d = gateway::guild_create(channel_id, &self.shared.lock().channels);
+        self.push_dispatch("GUILD_CREATE", d)
     }
 
     // ---- faults --------------------------------------------------------------------------
@@ -464,7 +479,7 @@ impl FakeDiscord {
 }
 
 /// The MESSAGE_CREATE data of `msg` with message id `id`, as the gateway sends it.
-fn incoming_json(id: u64, msg: &IncomingMessage) -> Value {
+pub(crate) fn incoming_json(id: u64, msg: &IncomingMessage) -> Value {
     let reference = msg.reply_to.clone().map(|(rid, author, text)| {
         let referenced = message_json(rid, msg.channel_id, msg.guild_id, &author, &text, |_| {});
         (rid, referenced)

@@ -14,7 +14,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use super::{APPLICATION_ID, Author, BOT_ROLE_ID, BOT_USER_ID, ConnCmd, GUILD_ID, Shared};
+use super::{
+    APPLICATION_ID, Author, BOT_ROLE_ID, BOT_USER_ID, ConnCmd, GUILD_ID, HELPER_ROLE_ID, Shared,
+};
 
 /// Accept gateway connections until the task is aborted.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
@@ -202,8 +204,9 @@ async fn close(ws: &mut Ws, code: u16, reason: &str) -> bool {
     false
 }
 
-/// GUILD_CREATE data for [`GUILD_ID`]: every field serenity's `Guild` requires.
-pub(crate) fn guild_create(channel_id: u64) -> Value {
+/// GUILD_CREATE data for [`GUILD_ID`]: every field serenity's `Guild` requires, text channel
+/// `channel_id` and the channels registered in `known`.
+pub(crate) fn guild_create(channel_id: u64, known: &super::channels::Channels) -> Value {
     let role = |id: u64, name: &str, managed: bool, tags: Value| {
         json!({
             "id": id.to_string(), "name": name, "color": 0,
@@ -224,6 +227,7 @@ pub(crate) fn guild_create(channel_id: u64) -> Value {
         "roles": [
             role(GUILD_ID, "@everyone", false, json!({})),
             role(BOT_ROLE_ID, "switchboard", true, json!({"bot_id": BOT_USER_ID.to_string()})),
+            role(HELPER_ROLE_ID, "helpers", false, json!({})),
         ],
         "emojis": [],
         "features": [],
@@ -240,6 +244,12 @@ pub(crate) fn guild_create(channel_id: u64) -> Value {
         "public_updates_channel_id": null,
         "nsfw_level": 0,
     });
+    let mut channels = vec![json!({
+        "id": channel_id.to_string(), "type": 0, "name": "general", "position": 0,
+        "permission_overwrites": [], "nsfw": false, "topic": null, "last_message_id": null,
+        "parent_id": null,
+    })];
+    channels.extend(known.channels_json());
     let rest = json!({
         "stickers": [],
         "premium_progress_bar_enabled": false,
@@ -249,12 +259,8 @@ pub(crate) fn guild_create(channel_id: u64) -> Value {
         "member_count": 2,
         "voice_states": [],
         "members": [],
-        "channels": [{
-            "id": channel_id.to_string(), "type": 0, "name": "general", "position": 0,
-            "permission_overwrites": [], "nsfw": false, "topic": null, "last_message_id": null,
-            "parent_id": null,
-        }],
-        "threads": [],
+        "channels": channels,
+        "threads": known.threads_json(),
         "presences": [],
         "stage_instances": [],
         "guild_scheduled_events": [],

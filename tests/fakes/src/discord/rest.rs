@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use serde_json::{Value, json};
 
-use super::{Author, Fault, GUILD_ID, Recorded, Shared, message_json};
+use super::{Author, Fault, Recorded, Shared, message_json};
 
 type S = AxState<Arc<Shared>>;
 
@@ -21,7 +21,11 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v10/gateway", get(gateway))
         .route("/api/v10/gateway/bot", get(gateway_bot))
         .route("/api/v10/users/@me", get(me))
-        .route("/api/v10/channels/{id}", get(channel))
+        .route(
+            "/api/v10/users/@me/channels",
+            post(super::channels::open_dm),
+        )
+        .route("/api/v10/channels/{id}", get(super::channels::get_channel))
         .route(
             "/api/v10/channels/{id}/messages",
             post(create_message).get(channel_messages),
@@ -38,7 +42,7 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 /// `Authorization: Bot <token>` must carry the fake's token; `Some` is the 401 to answer.
-fn check_auth(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn check_auth(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
     let expected = format!("Bot {}", shared.lock().token);
     match headers.get("authorization").and_then(|v| v.to_str().ok()) {
         Some(v) if v == expected => None,
@@ -86,22 +90,6 @@ async fn me(AxState(shared): S, headers: HeaderMap) -> Response {
     user["mfa_enabled"] = json!(false);
     user["flags"] = json!(0);
     Json(user).into_response()
-}
-
-async fn channel(AxState(shared): S, headers: HeaderMap, Path(id): Path<u64>) -> Response {
-    if let Some(r) = check_auth(&shared, &headers) {
-        return r;
-    }
-    Json(json!({
-        "id": id.to_string(),
-        "type": 0,
-        "guild_id": GUILD_ID.to_string(),
-        "name": format!("channel-{id}"),
-        "position": 0,
-        "permission_overwrites": [],
-        "nsfw": false,
-    }))
-    .into_response()
 }
 
 /// `GET /channels/{id}/messages`: `limit` (1–100, default 50) messages; with `after`, the
@@ -157,6 +145,13 @@ async fn channel_messages(
     Json(Value::Array(picked)).into_response()
 }
 
+/// The 404 or 403 a post or typing call in `channel_id` gets (see `channels`).
+fn refusal(shared: &Shared, channel_id: u64) -> Option<Response> {
+    let r = shared.lock().channels.refusal(channel_id);
+    shared.bump();
+    r
+}
+
 /// Take the next injected fault, if any, as a response.
 fn take_fault(shared: &Shared) -> Option<Response> {
     let mut st = shared.lock();
@@ -203,6 +198,9 @@ async fn create_message(
     body: Option<Json<Value>>,
 ) -> Response {
     if let Some(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    if let Some(r) = refusal(&shared, channel_id) {
         return r;
     }
     let Some(Json(body)) = body else {
@@ -294,6 +292,9 @@ async fn edit_message(
 
 async fn typing(AxState(shared): S, headers: HeaderMap, Path(channel_id): Path<u64>) -> Response {
     if let Some(r) = check_auth(&shared, &headers) {
+        return r;
+    }
+    if let Some(r) = refusal(&shared, channel_id) {
         return r;
     }
     shared.lock().typing.push(channel_id);
