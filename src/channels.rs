@@ -27,6 +27,23 @@ pub fn built_in() -> Vec<&'static str> {
     names
 }
 
+/// Whether `key` names a group chat, where its form tells: a Telegram group's id is
+/// negative, a Slack DM's id starts with `D`; the API and the terminal are one person's.
+/// `None` where the key cannot tell (Discord's channel ids, unknown channels).
+pub fn key_is_group(key: &switchboard_channel::ChatKey) -> Option<bool> {
+    let room = key.room();
+    match key.channel.as_str() {
+        "telegram" => room.chat_id.parse::<i64>().ok().map(|id| id < 0),
+        "slack" => match room.chat_id.chars().next() {
+            Some('D') => Some(false),
+            Some('C' | 'G') => Some(true),
+            _ => None,
+        },
+        "api" | "cli" => Some(false),
+        _ => None,
+    }
+}
+
 /// Whether `key`'s chat id has the form its channel's ids take (a Telegram chat is a
 /// number, a Discord channel a snowflake, a Slack conversation an id or a name with an
 /// optional thread `ts`): a job or heartbeat aimed at `telegram:@alice` would call the model

@@ -207,6 +207,7 @@ pub async fn start(
             .await
             .map_err(|e| GatewayError::Setup(e.to_string()))??;
     }
+    bus.set_owners_named(config.names_owners());
     let api = Arc::new(ApiChannel::default().keeping_answers(store.clone()));
     let cli = Arc::new(ApiChannel::named("cli"));
     let clock: Arc<dyn crate::scheduler::Clock> = Arc::new(crate::scheduler::SystemClock);

@@ -398,6 +398,8 @@ async fn in_a_group_one_member_cannot_stop_what_another_asked_but_they_or_an_own
     let env = Env::new(&llm.base_url(), "");
     let (ch, running, shutdown) = env.start_with_test_channel().await;
     let tx = running.inbound();
+    // As with owners named in `allow_from` (where none is, anyone may stop anything).
+    running.shared.bus.set_owners_named(true);
     let key = ChatKey::new("test", "group");
     let from = |id: &str, who: &str, owner: bool, text: &str| {
         let mut m = message_alone(id, &key, text);
@@ -434,4 +436,29 @@ async fn in_a_group_one_member_cannot_stop_what_another_asked_but_they_or_an_own
     shutdown.cancel();
     running.stopped().await;
     assert!(!ch.sent().iter().any(|m| m.text == "far too late"));
+}
+
+#[tokio::test]
+async fn where_no_owner_is_named_anyone_in_a_group_may_stop_an_answer() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
+    let tx = running.inbound();
+    let key = ChatKey::new("test", "group");
+    let from = |id: &str, who: &str, text: &str| {
+        let mut m = message_alone(id, &key, text);
+        m.is_group = true;
+        m.sender.id = who.into();
+        m
+    };
+    llm.push(Reply::text("far too late").with_delay(Duration::from_secs(300)));
+    tx.publish(from("g1", "ann", "write a novel"))
+        .await
+        .unwrap();
+    llm.wait_for_requests(1, WAIT).await.unwrap();
+    tx.publish(from("g2", "bob", "/stop")).await.unwrap();
+    let sent = ch.wait_for(1, WAIT).await;
+    assert_eq!(sent[0].text, "Stopped.");
+    shutdown.cancel();
+    running.stopped().await;
 }

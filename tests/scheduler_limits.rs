@@ -289,7 +289,7 @@ async fn a_run_asked_for_by_a_member_acts_for_them_too() {
     );
     let mut config = switchboard::config::Config::default();
     config.channels.telegram.allow_from = vec!["1".into()];
-    let who = switchboard::agent::member::of_turn(&config, &[msg], &[]);
+    let who = switchboard::agent::member::of_turn(&config, &[msg], &[], false);
     assert_eq!(who.map(|m| m.name), Some("@sam (telegram 77)".to_string()));
     // Stored, the job is still the owner's alone.
     assert!(

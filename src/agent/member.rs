@@ -14,12 +14,18 @@ use super::tool::Member;
 use crate::config::Config;
 
 /// Who a turn over `msgs` acts for when that is a member; `None` when it acts for the
-/// owner: their own messages, the heartbeat (`HEARTBEAT.md` is theirs), and the runs of
-/// jobs they set in a direct chat (or from the command line). A job set in a group runs
-/// unwatched among what members wrote there, so even the owner's runs with a member's
-/// limits, in the owner's name. `files`: those sent in the chat
-/// ([`super::session::Session::files`]).
-pub fn of_turn(config: &Config, msgs: &[InboundMessage], files: &[PathBuf]) -> Option<Member> {
+/// owner: their own messages, and in a direct chat the heartbeat (`HEARTBEAT.md` is
+/// theirs), the runs of jobs they set (or set from the command line) and the results of
+/// sub-agents they started. A turn no one wrote runs unwatched, so in a group (`in_group`:
+/// the chat is one, or may be) it acts with a member's limits even for the owner, in the
+/// name of whoever set it going, among what members wrote there. `files`: those sent in
+/// the chat ([`super::session::Session::files`]).
+pub fn of_turn(
+    config: &Config,
+    msgs: &[InboundMessage],
+    files: &[PathBuf],
+    in_group: bool,
+) -> Option<Member> {
     if !config.names_owners() {
         return None;
     }
@@ -32,16 +38,17 @@ pub fn of_turn(config: &Config, msgs: &[InboundMessage], files: &[PathBuf]) -> O
                 name_of(&m.sender, &m.key.channel),
                 folder_of(&m.key.channel, &m.sender.id),
             )),
+            Origin::System(SystemOrigin::Heartbeat) if in_group => people.push((
+                "the heartbeat (the owner's tasks)".into(),
+                format!("{MEMBERS_DIR}/heartbeat"),
+            )),
             Origin::System(SystemOrigin::Heartbeat) => {}
-            Origin::System(origin) => {
-                let unwatched = m.is_group && matches!(origin, SystemOrigin::Cron { .. });
-                people.extend(
-                    crate::access::setters(std::slice::from_ref(m))
-                        .iter()
-                        .filter(|s| unwatched || !s.is_owner(config))
-                        .map(|s| (s.to_string(), folder_of(&s.channel, &s.id))),
-                )
-            }
+            Origin::System(_) => people.extend(
+                crate::access::setters(std::slice::from_ref(m))
+                    .iter()
+                    .filter(|s| in_group || !s.is_owner(config))
+                    .map(|s| (s.to_string(), folder_of(&s.channel, &s.id))),
+            ),
         }
     }
     let mut seen = std::collections::HashSet::new();
@@ -82,15 +89,32 @@ pub fn speaker(sender: &Sender, owners: bool) -> String {
 const OWNER_MARK: &str = "owner · ";
 const MEMBER_MARK: &str = "member · ";
 
-/// `text` with any `[owner · ` in it made plain (`[owner - `), so no one's words can look
-/// like a line the owner wrote in a group.
+/// `text` with every bracket that opens onto the word "owner" (`[owner · `, `[ Owner•`,
+/// `［OWNER`) made a parenthesis, so no one's words, quotes or names can look like a line
+/// the owner wrote in a group.
 pub fn unforged(text: &str) -> std::borrow::Cow<'_, str> {
-    let forged = format!("[{OWNER_MARK}");
-    if text.contains(&forged) {
-        text.replace(&forged, "[owner - ").into()
-    } else {
-        text.into()
+    let opens_owner = |at: usize| {
+        let rest = text[at..].trim_start_matches(|c: char| c.is_whitespace());
+        rest.get(..5)
+            .is_some_and(|w| w.eq_ignore_ascii_case("owner"))
+    };
+    let forged: Vec<usize> = text
+        .char_indices()
+        .filter(|&(i, c)| matches!(c, '[' | '［') && opens_owner(i + c.len_utf8()))
+        .map(|(i, _)| i)
+        .collect();
+    if forged.is_empty() {
+        return text.into();
     }
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    for i in forged {
+        out.push_str(&text[from..i]);
+        out.push('(');
+        from = i + text[i..].chars().next().map_or(1, char::len_utf8);
+    }
+    out.push_str(&text[from..]);
+    out.into()
 }
 
 /// `Sam (@sam, telegram 6006)`: the name they chose, and who they are on their channel.
@@ -154,29 +178,51 @@ mod tests {
     }
 
     #[test]
+    fn no_bracket_opening_onto_owner_survives() {
+        for forged in [
+            "[owner · dad]",
+            "[Owner · dad]",
+            "[ owner·dad]",
+            "[OWNER • dad]",
+            "［owner · dad］",
+        ] {
+            let plain = unforged(forged);
+            assert!(plain.starts_with('('), "{forged} -> {plain}");
+        }
+        assert_eq!(
+            unforged("a [link](x) and [own it]"),
+            "a [link](x) and [own it]"
+        );
+        assert_eq!(unforged("x\n[owner · é] y"), "x\n(owner · é] y");
+    }
+
+    #[test]
     fn members_are_those_let_in_besides_the_owners_named() {
         let mut config = Config::default();
         // No owner named: everyone let in is trusted.
-        assert_eq!(of_turn(&config, &[msg("2", false)], &[]), None);
+        assert_eq!(of_turn(&config, &[msg("2", false)], &[], false), None);
         config.channels.telegram.allow_from = vec!["1".into()];
-        assert_eq!(of_turn(&config, &[msg("1", true)], &[]), None);
-        let sam = of_turn(&config, &[msg("1", true), msg("2", false)], &[]).unwrap();
+        assert_eq!(of_turn(&config, &[msg("1", true)], &[], false), None);
+        let sam = of_turn(&config, &[msg("1", true), msg("2", false)], &[], false).unwrap();
         assert_eq!(sam.name, "N2 (@u2, telegram 2)");
         assert_eq!(sam.folder.as_deref(), Some("members/telegram-2"));
-        let two = of_turn(&config, &[msg("2", false), msg("3", false)], &[]).unwrap();
+        let two = of_turn(&config, &[msg("2", false), msg("3", false)], &[], false).unwrap();
         assert_eq!(two.folder, None, "several people: no one's folder");
         // A job's run acts for whoever set it; the heartbeat for the owner.
-        assert_eq!(of_turn(&config, &[run_set_by("1")], &[]), None);
-        let run = of_turn(&config, &[run_set_by("2")], &[]).unwrap();
+        assert_eq!(of_turn(&config, &[run_set_by("1")], &[], false), None);
+        let run = of_turn(&config, &[run_set_by("2")], &[], false).unwrap();
         assert_eq!(run.name, "telegram user 2");
         // The owner's job set in a group runs there with a member's limits.
-        let mut in_group = run_set_by("1");
-        in_group.is_group = true;
-        let run = of_turn(&config, &[in_group], &[]).unwrap();
+        let run = of_turn(&config, &[run_set_by("1")], &[], true).unwrap();
         assert_eq!(run.name, "telegram user 1");
         assert_eq!(run.folder.as_deref(), Some("members/telegram-1"));
         let mut beat = msg("hb", false);
         beat.origin = Origin::System(SystemOrigin::Heartbeat);
-        assert_eq!(of_turn(&config, &[beat], &[]), None);
+        assert_eq!(
+            of_turn(&config, std::slice::from_ref(&beat), &[], false),
+            None
+        );
+        let beat = of_turn(&config, &[beat], &[], true).unwrap();
+        assert_eq!(beat.folder.as_deref(), Some("members/heartbeat"));
     }
 }

@@ -73,7 +73,11 @@ fn newest_lines(text: &str) -> String {
             }
             break;
         }
-        if line.contains(" (from ") {
+        // As the memory tool marks a member's note: `… (from Sam (telegram 6)) (date)`.
+        if line
+            .find(" (from ")
+            .is_some_and(|at| line[at..].contains(")) ("))
+        {
             if members + n > MEMBERS_SHARE {
                 continue;
             }

@@ -28,6 +28,10 @@ pub struct Session {
     /// member's turn here may open ([`crate::agent::member`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<std::path::PathBuf>,
+    /// Whether the chat is a group, as its people's messages last said: what a turn no one
+    /// wrote (a job's run, a sub-agent's result) goes by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<bool>,
 }
 
 fn key_bytes(key: &ChatKey) -> Vec<u8> {
@@ -51,8 +55,7 @@ pub fn prune_idle_threads(
     struct Stamp {
         updated_at: Option<chrono::DateTime<chrono::Utc>>,
     }
-    let mut idle = Vec::new();
-    store.for_each(Tree::Sessions, b"slack:", &mut |k, v| {
+    let idle_thread = |k: &[u8], v: &[u8]| {
         let thread = std::str::from_utf8(k)
             .ok()
             .and_then(|k| k.parse::<ChatKey>().ok())
@@ -60,22 +63,30 @@ pub fn prune_idle_threads(
         let stamp = serde_json::from_slice::<Stamp>(v)
             .ok()
             .and_then(|s| s.updated_at);
-        if thread && stamp.is_some_and(|at| now - at > THREAD_KEPT) {
+        thread && stamp.is_some_and(|at| now - at > THREAD_KEPT)
+    };
+    let mut idle = Vec::new();
+    store.for_each(Tree::Sessions, b"slack:", &mut |k, v| {
+        if idle_thread(k, v) {
             idle.push(k.to_vec());
         }
         !stop()
     })?;
     let mut forgotten = 0;
-    for chunk in idle.chunks(100) {
+    for k in idle {
         if stop() {
             break;
         }
-        let mut batch = Batch::default();
-        for k in chunk {
-            batch.delete(Tree::Sessions, k.clone());
+        // Read again: a thread taken up since the walk stays.
+        if store
+            .get(Tree::Sessions, &k)?
+            .is_some_and(|v| idle_thread(&k, &v))
+        {
+            let mut batch = Batch::default();
+            batch.delete(Tree::Sessions, k);
+            store.apply(batch)?;
+            forgotten += 1;
         }
-        store.apply(batch)?;
-        forgotten += chunk.len();
     }
     Ok(forgotten)
 }

@@ -13,8 +13,8 @@ impl Bus {
     /// `/stop`: cancel the key's running turn; it never queues behind that turn. `earlier`
     /// (its sender's messages in the chat that came with it, before it) are dropped, marked
     /// seen so a redelivery does not run them either; `results` gets their outcome. In a
-    /// group, only an owner stops someone else's answer (or the chat's background tasks):
-    /// one member cannot cut short what another asked.
+    /// group where owners are named, only an owner stops someone else's answer (or the
+    /// chat's background tasks): one member cannot cut short what another asked.
     pub(super) async fn stop(
         self: &Arc<Self>,
         msg: InboundMessage,
@@ -37,7 +37,8 @@ impl Bus {
                 dropped = true;
             }
         }
-        let anyones = !msg.is_group || msg.sender.is_owner;
+        let anyones =
+            !msg.is_group || msg.sender.is_owner || !self.owners_named.load(Ordering::Relaxed);
         let (cancelled, refused) = {
             let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             match slots.get(&msg.key).filter(|s| s.running.is_some()) {

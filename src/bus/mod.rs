@@ -147,6 +147,9 @@ pub struct Bus {
     intake: tokio::sync::watch::Sender<bool>,
     /// Whether [`Bus::replay`] ran (it took up the last run's clean-stop mark).
     replayed: std::sync::atomic::AtomicBool,
+    /// Whether the config names owners: only then is `/stop` in a group held to the
+    /// person answered or an owner (where none is named, everyone is trusted as one).
+    owners_named: std::sync::atomic::AtomicBool,
 }
 
 fn now_secs() -> u64 {
@@ -233,7 +236,13 @@ impl Bus {
             idle: tokio::sync::Notify::new(),
             intake: tokio::sync::watch::Sender::new(true),
             replayed: Default::default(),
+            owners_named: Default::default(),
         })
+    }
+
+    /// Tell the bus whether the config names owners (see `/stop` in groups).
+    pub fn set_owners_named(&self, named: bool) {
+        self.owners_named.store(named, Ordering::Relaxed);
     }
 
     /// Once shutdown began: wait until no chat worker is left, i.e. the turns that were

@@ -322,7 +322,7 @@ impl Scheduler {
                         enabled += 1;
                     }
                 }
-                Some(j) if now - j.last_activity() > FINISHED_KEPT => stale.push(j),
+                Some(j) if j.stale(now) => stale.push(j),
                 _ => {}
             }
         }
@@ -336,11 +336,10 @@ impl Scheduler {
         &self,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<usize, ScheduleError> {
-        let stale = |j: &Job| j.is_finished() && now - j.last_activity() > FINISHED_KEPT;
         let ids: Vec<String> = self
             .list(None)
             .into_iter()
-            .filter(|j| stale(j))
+            .filter(|j| j.stale(now))
             .map(|j| j.id)
             .collect();
         let _w = self.writes.lock().await;
@@ -348,7 +347,7 @@ impl Scheduler {
         let mut removed = 0;
         for id in ids {
             // Read again under the lock: run or changed meanwhile, it stays.
-            if let Some(j) = self.get(&id)?.filter(|j| stale(j)) {
+            if let Some(j) = self.get(&id)?.filter(|j| j.stale(now)) {
                 index::write(&mut batch, Some(&j), None)?;
                 removed += 1;
             }

@@ -195,6 +195,11 @@ impl Job {
         !self.enabled || self.next_run.is_none()
     }
 
+    /// Finished for longer than [`super::engine::FINISHED_KEPT`] at `now`: due to be cleared.
+    pub fn stale(&self, now: DateTime<Utc>) -> bool {
+        self.is_finished() && now - self.last_activity() > super::engine::FINISHED_KEPT
+    }
+
     /// When the job last ran, or was made.
     pub fn last_activity(&self) -> DateTime<Utc> {
         self.runs.last().map_or(self.created_at, |r| r.at)

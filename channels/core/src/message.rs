@@ -108,6 +108,9 @@ pub struct InboundMessage {
     pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
+/// Metadata key of a message whose text was cut at the limit.
+const CUT: &str = "cut_at_limit";
+
 impl InboundMessage {
     /// The chat command this message is ([`command_name`]): only a person's own message
     /// can be one, never a forwarded one (someone else's `/new`) or a producer's.
@@ -148,17 +151,11 @@ impl InboundMessage {
         let Some((byte, _)) = self.text.char_indices().nth(limit) else {
             return false;
         };
-        let end = format!(" characters, the limit is {limit}]");
-        let cut_before = self
-            .text
-            .strip_suffix(end.as_str())
-            .and_then(|t| t.rsplit_once("\n\n[message cut: it had "))
-            .is_some_and(|(body, n)| {
-                n.parse::<usize>().is_ok() && body.char_indices().nth(limit).is_none()
-            });
-        if cut_before {
+        // Cut once already (by its adapter): its note stays, however long the note made it.
+        if self.metadata.contains_key(CUT) {
             return false;
         }
+        self.metadata.insert(CUT.into(), true.into());
         let total = self.text.chars().count();
         self.text.truncate(byte);
         self.text.push_str(&format!(

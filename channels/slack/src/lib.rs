@@ -278,10 +278,15 @@ impl Shared {
         let accepted = published == Published::Accepted;
         if accepted {
             let mut mem = self.memory();
-            mem.last_message.insert(key, (c.channel, c.ts));
             if let Some(t) = c.joined_thread {
+                // A thread this message starts: its conversation will hold all of it, so
+                // its replies need no context read from Slack.
+                if t.1 == c.ts {
+                    mem.context_given.insert(t.clone(), ());
+                }
                 mem.threads.insert(t, true);
             }
+            mem.last_message.insert(key, (c.channel, c.ts));
             if let Some(x) = context {
                 mem.context_given.insert(x.thread, ());
             }

@@ -194,3 +194,24 @@ async fn a_failed_thread_lookup_is_asked_again_by_the_next_reply() {
     assert_eq!(asked(&fake), ["4.0", "4.0", "5.0", "5.0"]);
     run.stop().await.unwrap();
 }
+
+/// A thread a mention started (the bot answers in it): its conversation holds it whole, so
+/// its replies are addressed to the bot without reading the thread from Slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replies_in_a_thread_a_mention_started_need_no_context() {
+    let fake = FakeSlack::start().await;
+    let run = running(&fake).await;
+    let first = deliver(
+        &run,
+        "Ev60",
+        events::app_mention("C6", "U1", "<@UBOT> plan the offsite", "60.0"),
+    )
+    .await;
+    assert_eq!(context(&first), None);
+    let reply = events::thread_reply("C6", "U1", "and the budget?", "60.1", "60.0");
+    let next = deliver(&run, "Ev61", reply).await;
+    assert!(next.mentions_bot);
+    assert_eq!(context(&next), None);
+    assert!(asked(&fake).is_empty(), "{:?}", asked(&fake));
+    run.stop().await.unwrap();
+}

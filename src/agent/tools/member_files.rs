@@ -48,6 +48,13 @@ pub enum Use {
 /// path is out of a member's reach. A member's file tools stay in the workspace even where
 /// the owner let theirs out (`agent.restrict_to_workspace = false`).
 pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<(), ToolError> {
+    // The notes kept for the owner are read in their direct chats only, by anyone's tools.
+    if !ctx.owner_only && used != Use::Write && memory_file(ctx, real) {
+        return Err(ToolError::Refused(format!(
+            "{path} holds notes kept for the owner's direct chats; here, the memory tool's \
+             recall finds what this chat may see"
+        )));
+    }
     let Some(member) = &ctx.member else {
         return Ok(());
     };
@@ -124,6 +131,15 @@ pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<()
         "{path}: the inbox holds the files sent in every chat; only this chat's can be \
          opened here ({listed})"
     )))
+}
+
+/// Whether `real` is the workspace's memory file.
+fn memory_file(ctx: &ToolContext, real: &Path) -> bool {
+    use crate::agent::tools::memory::MEMORY_FILE;
+    in_workspace(ctx, real).is_some_and(|rel| {
+        rel.to_str()
+            .is_some_and(|r| r.eq_ignore_ascii_case(MEMORY_FILE))
+    })
 }
 
 /// `real` relative to the workspace's real path, when it is in there.
@@ -210,8 +226,8 @@ mod tests {
             assert!(check(&member, p, Use::Read).is_ok(), "{p}");
         }
         assert!(check(&member, "members/telegram-6", Use::List).is_ok());
+        assert!(check(&member, "MEMORY.md", Use::Read).is_err());
         for p in [
-            "MEMORY.md",
             "heartbeat.md",
             "notes/health.md",
             "members/telegram-7/diary",
@@ -253,8 +269,25 @@ mod tests {
         assert!(check(&free, "x/../HEARTBEAT.md", Use::Write).is_err());
         assert!(check(&free, "x/../../outside.txt", Use::Read).is_err());
         assert!(check(&free, "members/telegram-6/x/../notes.txt", Use::Write).is_ok());
-        // The owner's turn: everything.
-        let owner = ctx(ws, None);
+        // The owner's turn in a group: all but the notes kept for their direct chats.
+        std::fs::write(
+            ws.join("MEMORY.md"),
+            "- door code 7788 (2026-11-25, owner only)",
+        )
+        .unwrap();
+        let in_group = ctx(ws, None);
+        let e = check(&in_group, "MEMORY.md", Use::Read).unwrap_err();
+        assert!(
+            e.to_string().contains("kept for the owner's direct chats"),
+            "{e}"
+        );
+        assert!(check(&in_group, "./memory.md", Use::Read).is_err());
+        // In their direct chat: everything.
+        let owner = ToolContext {
+            owner_only: true,
+            ..ctx(ws, None)
+        };
+        assert!(check(&owner, "MEMORY.md", Use::Read).is_ok());
         assert!(check(&owner, "inbox/theirs.pdf", Use::Read).is_ok());
         assert!(check(&owner, "SOUL.md", Use::Write).is_ok());
     }

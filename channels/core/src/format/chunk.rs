@@ -204,10 +204,15 @@ impl Chunker {
         let first = self.choose(s, header)?;
         let (mut c, mut room) = (first, 0);
         for _ in 0..4 {
-            let marker = |i: usize| self.chars.get(i).is_some_and(|&m| "*_~`".contains(m));
+            // A marker run beside the cut of the same character as the one added there
+            // would join it, and read differently.
+            let is = |i: usize, m: Option<&char>| m.is_some_and(|m| self.chars.get(i) == Some(m));
+            let joins = |open: &[char]| {
+                is(self.nonws_end[c] - 1, open.last()) || is(self.skip(c), open.last())
+            };
             match self.open_at(c) {
                 Some(open) if open.is_empty() => return Some((c, open, Vec::new())),
-                Some(open) if !marker(self.nonws_end[c] - 1) && !marker(self.skip(c)) => {
+                Some(open) if !joins(&open) => {
                     let close: Vec<char> = open.iter().rev().copied().collect();
                     let len = self.cut_len(s, c, header);
                     if len.is_some_and(|l| l + close.len() <= self.max) {

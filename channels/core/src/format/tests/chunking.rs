@@ -215,6 +215,15 @@ fn bold_and_code_cut_across_chunks_are_closed_and_reopened() {
         chunk_markdown("`alpha beta gamma delta`", 14),
         vec!["`alpha beta`", "`gamma delta`"]
     );
+    // Beside a code span: a backtick does not join a `**`.
+    let chunks = chunk_markdown("**bold with `code inside it` yes**", 14);
+    let plain = |t: &str| crate::format::render(t, crate::Dialect::Plain);
+    let shown: Vec<String> = chunks.iter().map(|c| plain(c)).collect();
+    assert_eq!(
+        shown.join(" "),
+        "bold with code inside it yes",
+        "{chunks:?}"
+    );
     // In a list item too, nested, and the markers count toward the limit.
     let chunks = chunk_markdown("- **a *b c* d**", 11);
     assert_eq!(chunks, vec!["- **a *b***", "***c* d**"]);
