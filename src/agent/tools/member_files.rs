@@ -164,11 +164,23 @@ fn canonical(p: &Path) -> PathBuf {
             c => out.push(c),
         }
     }
-    out.canonicalize()
-        .unwrap_or_else(|_| match (out.parent(), out.file_name()) {
-            (Some(parent), Some(name)) => canonical(parent).join(name),
-            _ => out.clone(),
-        })
+    // The longest part that exists, resolved; the names after it as written. (A loop, not
+    // a recursion: a path thousands of folders deep must not overflow the stack.)
+    let mut names = Vec::new();
+    let mut base = out.as_path();
+    loop {
+        if let Ok(mut real) = base.canonicalize() {
+            real.extend(names.iter().rev());
+            return real;
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                names.push(name);
+                base = parent;
+            }
+            _ => return out.clone(),
+        }
+    }
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -239,6 +251,9 @@ mod tests {
             );
         }
         assert!(check(&member, ".", Use::List).is_err());
+        // A path thousands of folders deep is refused, not a stack overflow.
+        let deep = "a/".repeat(20_000) + "x";
+        assert!(check(&member, &deep, Use::Read).is_err());
         let e = check(&member, "members/telegram-7/x", Use::Write).unwrap_err();
         assert!(e.to_string().contains("is another member's folder"), "{e}");
         for p in [
