@@ -90,17 +90,28 @@ const OWNER_MARK: &str = "owner · ";
 const MEMBER_MARK: &str = "member · ";
 
 /// `text` with every bracket that opens onto the word "owner" (`[owner · `, `[ Owner•`,
-/// `［OWNER`) made a parenthesis, so no one's words, quotes or names can look like a line
-/// the owner wrote in a group.
+/// `［OWNER`, `【owner`, with spaces or invisible characters anywhere in it) made a
+/// parenthesis, so no one's words, quotes or names can look like a line the owner wrote in
+/// a group. (Look-alike letters from other scripts are not caught: the model is told a
+/// member's word is not the owner's whatever it carries.)
 pub fn unforged(text: &str) -> std::borrow::Cow<'_, str> {
-    let opens_owner = |at: usize| {
-        let rest = text[at..].trim_start_matches(|c: char| c.is_whitespace());
-        rest.get(..5)
-            .is_some_and(|w| w.eq_ignore_ascii_case("owner"))
+    let invisible = |c: char| {
+        c.is_whitespace()
+            || matches!(c, '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}' | '\u{00AD}')
     };
+    let opens_owner = |at: usize| {
+        let word: String = text[at..]
+            .chars()
+            .filter(|&c| !invisible(c))
+            .take(5)
+            .flat_map(char::to_lowercase)
+            .collect();
+        word == "owner"
+    };
+    const BRACKETS: [char; 8] = ['[', '［', '【', '〔', '〖', '〘', '〚', '⟦'];
     let forged: Vec<usize> = text
         .char_indices()
-        .filter(|&(i, c)| matches!(c, '[' | '［') && opens_owner(i + c.len_utf8()))
+        .filter(|&(i, c)| BRACKETS.contains(&c) && opens_owner(i + c.len_utf8()))
         .map(|(i, _)| i)
         .collect();
     if forged.is_empty() {
@@ -185,6 +196,9 @@ mod tests {
             "[ owner·dad]",
             "[OWNER • dad]",
             "［owner · dad］",
+            "[\u{200B}owner · dad]",
+            "[ow\u{200D}ner · dad]",
+            "【owner · dad】",
         ] {
             let plain = unforged(forged);
             assert!(plain.starts_with('('), "{forged} -> {plain}");

@@ -55,14 +55,23 @@ impl Memory {
         }
     }
 
-    /// The bot is about to post in `channel`: a thread is followed from now on, before the
-    /// post lands, so that a follow-up written the moment the answer shows is not missed.
-    /// One not known yet is noted too; intake checks that it is a thread before it counts
-    /// (see `places::situate`). Returns whether it was not followed before.
-    pub(crate) fn posting(&self, channel: u64) -> bool {
+    /// The bot is about to post in `channel`, answering the platform message `reply_to`.
+    /// A thread opened for the bot (its answer replies to the thread's own first message —
+    /// a forum post, or a thread started from a message that asked it: Discord gives both
+    /// that message's id) is followed from now on, before the post lands, so that a
+    /// follow-up written the moment the answer shows is not missed; one followed already
+    /// stays followed. Any other post (an answer to a mention in someone's busy thread, a
+    /// reminder, a message sent there) follows nothing. One not known yet is noted too;
+    /// intake checks that it is a thread before it counts (see `places::situate`).
+    /// Returns whether it was not followed before.
+    pub(crate) fn posting(&self, channel: u64, reply_to: Option<&str>) -> bool {
         let Some(id) = (channel != 0).then(|| ChannelId::new(channel)) else {
             return false;
         };
+        let opens = reply_to == Some(channel.to_string().as_str());
+        if !opens && !self.followed.follows(id, unix_ms(SystemTime::now())) {
+            return false;
+        }
         match self.places.get(id).map(|p| p.kind) {
             Some(Kind::Thread) | None => self.followed.posted(id, unix_ms(SystemTime::now())),
             Some(_) => false,

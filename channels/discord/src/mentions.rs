@@ -63,7 +63,8 @@ impl Names {
 
     fn name(&self, token: Token) -> Option<String> {
         match token {
-            Token::User(id) => self.users.get(&id).map(|n| format!("@{n}")),
+            // With the mention itself, so the model can write it back to ping them.
+            Token::User(id) => self.users.get(&id).map(|n| format!("@{n} (<@{id}>)")),
             Token::Role(id) => self.roles.get(&id).map(|n| format!("@{n}")),
             Token::Channel(id) => self.channels.get(&id).map(|n| format!("#{n}")),
         }
@@ -152,7 +153,7 @@ mod tests {
                 "hi <@1> and <@!1>, <@2>; <@&3> <@&4> in <#5> not <#6> é",
                 &names
             ),
-            "hi @bob and @bob, <@2>; @helpers <@&4> in #general not <#6> é"
+            "hi @bob (<@1>) and @bob (<@1>), <@2>; @helpers <@&4> in #general not <#6> é"
         );
     }
 }

@@ -18,7 +18,7 @@ use switchboard_channel::{
 
 use crate::DiscordConfig;
 use crate::memory::Memory;
-use crate::rest::{Rest, RestError, UNKNOWN_CHANNEL};
+use crate::rest::{MISSING_ACCESS, MISSING_PERMISSIONS, Rest, RestError, UNKNOWN_CHANNEL};
 
 /// Attempts per chunk for 5xx / network failures.
 const TRANSIENT_ATTEMPTS: u32 = 4;
@@ -196,7 +196,7 @@ pub(crate) async fn send(
     let progress = msg.progress_key();
     let mut ids = delivered.get(progress);
     // Followed before the post lands: a follow-up written the moment it shows counts.
-    let mut newly = memory.posting(channel_id);
+    let mut newly = memory.posting(channel_id, msg.reply_to.as_deref());
     for (i, chunk) in chunks.iter().enumerate().skip(ids.len()) {
         let reply_to = if i == 0 {
             msg.reply_to.as_deref()
@@ -211,7 +211,7 @@ pub(crate) async fn send(
                     Ok(dm) => {
                         memory.not_posted(asked, newly);
                         channel_id = dm;
-                        newly = memory.posting(channel_id);
+                        newly = memory.posting(channel_id, msg.reply_to.as_deref());
                         post_chunk(rest, cfg, channel_id, &body).await
                     }
                     Err(refusal) => {
@@ -233,9 +233,12 @@ pub(crate) async fn send(
                 memory.posted(channel_id);
             }
             Err(e) => {
-                if ids.is_empty() {
-                    memory.not_posted(channel_id, newly);
-                } else {
+                // Refused for want of a permission: the bot is not welcome there any more.
+                let unwelcome = matches!(e.code(), Some(MISSING_ACCESS | MISSING_PERMISSIONS));
+                if ids.is_empty() || unwelcome {
+                    memory.not_posted(channel_id, newly || unwelcome);
+                }
+                if !ids.is_empty() {
                     delivered.remember(progress, &ids);
                 }
                 tracing::warn!(channel_id, chunk = i + 1, of = chunks.len(), error = %e,

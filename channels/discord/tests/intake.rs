@@ -168,9 +168,9 @@ async fn other_peoples_mentions_roles_and_channels_read_as_names() {
     let msgs = h.rec.wait_for_msgs(1).await;
     assert_eq!(
         msgs[0].text,
-        "ask @bob or @carol, or @helpers in #general; not <@45>, <@&7>, <#8>"
+        "ask @bob (<@43>) or @carol (<@44>), or @helpers in #general; not <@45>, <@&7>, <#8>"
     );
-    assert_eq!(msgs[0].metadata["reply_to_text"], "ping @carol");
+    assert_eq!(msgs[0].metadata["reply_to_text"], "ping @carol (<@44>)");
     h.stop().await;
 }
 

@@ -1,6 +1,8 @@
-//! Threads and forum posts against the fake Discord: a thread the bot posted in is followed
-//! (its messages address the bot without a mention, also after a restart), and a forum
-//! post's title reaches the model with the first message the bot gets of it.
+//! Threads and forum posts against the fake Discord: a thread opened for the bot (a forum
+//! post, or a thread started from a message asking it) is followed once it answered there
+//! (its messages address the bot without a mention, also after a restart), one answer in
+//! someone else's thread follows nothing, and a forum post's title reaches the model with
+//! the first message the bot gets of it.
 
 mod common;
 
@@ -15,6 +17,7 @@ const TEXT: u64 = 111;
 const THREAD: u64 = 222;
 const PRIVATE: u64 = 223;
 const LOCKED: u64 = 224;
+const BUSY: u64 = 225;
 const FORUM: u64 = 444;
 
 fn alice() -> Author {
@@ -42,24 +45,41 @@ async fn once_the_bot_posted_in_a_thread_follow_ups_there_address_it_without_a_m
     h.fake
         .push_thread_create(FakeChannel::thread(LOCKED, TEXT, "read only"));
     h.fake
+        .push_thread_create(FakeChannel::thread(BUSY, TEXT, "the team's chat"));
+    h.fake
         .push_message_create(IncomingMessage::guild(THREAD, alice(), "before the bot"));
     for (channel, text) in [
         (THREAD, "what about the first bug?"),
         (PRIVATE, "psst"),
         (TEXT, "hello"),
         (LOCKED, "anyone?"),
+        (BUSY, "quick question"),
     ] {
         h.fake
             .push_message_create(IncomingMessage::guild_mention(channel, alice(), text));
     }
-    let msgs = h.rec.wait_for_msgs(5).await;
+    let msgs = h.rec.wait_for_msgs(6).await;
     assert!(!by_text(&msgs, "before the bot").mentions_bot);
-    // The bot answers in both threads and in the channel; its answer in the last thread is
+    // The bot answers in both threads as threads opened for it (its answer replies to the
+    // thread's first message, whose id is the thread's), and in the channel; in the busy
+    // thread it answers one mention among others' talk; its answer in the locked thread is
     // refused (no Send Messages in Threads), so it has not posted there.
-    for channel in [THREAD, PRIVATE, TEXT] {
-        let reply = OutboundMessage::new(key(channel), "an answer");
+    for channel in [THREAD, PRIVATE] {
+        let mut reply = OutboundMessage::new(key(channel), "an answer");
+        reply.reply_to = Some(channel.to_string());
         h.channel.send(&reply).await.expect("reply posted");
     }
+    let asked = by_text(&msgs, "quick question")
+        .id
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut reply = OutboundMessage::new(key(BUSY), "an answer");
+    reply.reply_to = Some(asked);
+    h.channel.send(&reply).await.expect("reply posted");
+    let reply = OutboundMessage::new(key(TEXT), "an answer");
+    h.channel.send(&reply).await.expect("reply posted");
     h.fake.deny(LOCKED, Denial::MissingPermissions);
     let refused = h
         .channel
@@ -71,11 +91,12 @@ async fn once_the_bot_posted_in_a_thread_follow_ups_there_address_it_without_a_m
         (PRIVATE, "and then?"),
         (TEXT, "talking among ourselves"),
         (LOCKED, "still nobody?"),
+        (BUSY, "lunch at noon, everyone?"),
     ] {
         h.fake
             .push_message_create(IncomingMessage::guild(channel, alice(), text));
     }
-    let msgs = h.rec.wait_for_msgs(9).await;
+    let msgs = h.rec.wait_for_msgs(11).await;
     let second = by_text(&msgs, "and what about the second bug?");
     assert!(second.is_group && second.mentions_bot, "{second:?}");
     assert_eq!(second.key, key(THREAD));
@@ -91,10 +112,16 @@ async fn once_the_bot_posted_in_a_thread_follow_ups_there_address_it_without_a_m
         !by_text(&msgs, "still nobody?").mentions_bot,
         "a refused answer is no part taken"
     );
+    assert!(
+        !by_text(&msgs, "lunch at noon, everyone?").mentions_bot,
+        "one answer in someone's busy thread does not make all its talk the bot's"
+    );
     // The threads were known from THREAD_CREATE; only the plain channel was looked up.
     let reads = h.fake.channel_reads();
     assert!(
-        !reads.contains(&THREAD) && !reads.contains(&PRIVATE) && !reads.contains(&LOCKED),
+        [THREAD, PRIVATE, LOCKED, BUSY]
+            .iter()
+            .all(|t| !reads.contains(t)),
         "{reads:?}"
     );
     h.stop().await;
@@ -130,7 +157,8 @@ async fn the_threads_the_bot_takes_part_in_survive_a_restart_through_the_state_f
         "first bug?",
     ));
     first.wait_for_msgs(1).await;
-    let reply = OutboundMessage::new(key(THREAD), "it is fixed");
+    let mut reply = OutboundMessage::new(key(THREAD), "it is fixed");
+    reply.reply_to = Some(THREAD.to_string()); // the thread's first message
     channel.send(&reply).await.expect("reply posted");
     stop(shutdown, run).await;
 
@@ -167,7 +195,8 @@ async fn a_forum_posts_title_goes_with_its_first_message_and_not_again() {
     assert!(first.mentions_bot);
 
     // Answered: later messages of the post need neither the title nor a mention.
-    let reply = OutboundMessage::new(key(post), "do Z");
+    let mut reply = OutboundMessage::new(key(post), "do Z");
+    reply.reply_to = Some(post.to_string()); // the post's first message
     h.channel.send(&reply).await.expect("reply posted");
     h.fake
         .push_message_create(IncomingMessage::guild(post, alice(), "thanks, and W?"));

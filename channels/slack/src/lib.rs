@@ -281,7 +281,7 @@ impl Shared {
             if let Some(t) = c.joined_thread {
                 // A thread this message starts: its conversation will hold all of it, so
                 // its replies need no context read from Slack.
-                if t.1 == c.ts {
+                if self.cfg.reply_in_thread && t.1 == c.ts {
                     mem.context_given.insert(t.clone(), ());
                 }
                 mem.threads.insert(t, true);

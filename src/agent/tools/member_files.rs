@@ -48,8 +48,9 @@ pub enum Use {
 /// path is out of a member's reach. A member's file tools stay in the workspace even where
 /// the owner let theirs out (`agent.restrict_to_workspace = false`).
 pub fn check(ctx: &ToolContext, path: &str, real: &Path, used: Use) -> Result<(), ToolError> {
-    // The notes kept for the owner are read in their direct chats only, by anyone's tools.
-    if !ctx.owner_only && used != Use::Write && memory_file(ctx, real) {
+    // The notes kept for the owner are opened in their direct chats only: not by the
+    // owner's own turns elsewhere either (a member's are refused all of it below).
+    if !ctx.owner_only && ctx.member.is_none() && memory_file(ctx, real) {
         return Err(ToolError::Refused(format!(
             "{path} holds notes kept for the owner's direct chats; here, the memory tool's \
              recall finds what this chat may see"
