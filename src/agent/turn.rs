@@ -136,7 +136,7 @@ impl Agent {
         };
         // Kept with the history the turn stores: the files a member here may open.
         session.note_files(&turn.messages);
-        let in_group = in_group(key, &turn.messages, &mut session);
+        let in_group = in_group(&self.config, key, &turn.messages, &mut session);
         let model = last
             .metadata
             .get("model")
@@ -473,8 +473,10 @@ impl Agent {
 
 /// Whether the turn runs in a group, where members may read what it does. Its people's
 /// messages say so (and the session keeps what they said); a turn no one wrote goes by the
-/// session, else by the key's form, else it is taken for a group.
+/// session, else by the key's form, else by whether it names an owner (a Discord key may
+/// be an owner's user id: their DM), else it is taken for a group.
 fn in_group(
+    config: &crate::config::Config,
     key: &switchboard_channel::ChatKey,
     msgs: &[InboundMessage],
     session: &mut Session,
@@ -485,9 +487,16 @@ fn in_group(
         session.group = Some(group);
         return group;
     }
+    let an_owner = || {
+        config
+            .access_for(&key.channel)
+            .is_some_and(|a| a.allow_from.iter().any(|e| e.trim() == key.chat_id))
+            .then_some(false)
+    };
     session
         .group
         .or_else(|| crate::channels::key_is_group(key))
+        .or_else(an_owner)
         .unwrap_or(true)
 }
 
@@ -527,8 +536,10 @@ mod tests {
             m
         };
         let job = || Origin::System(SystemOrigin::Cron { job_id: "j".into() });
+        let mut config = crate::config::Config::default();
+        config.channels.discord.allow_from = vec!["1001".into()];
         let check = |key: &str, msgs: &[InboundMessage], session: &mut Session| {
-            in_group(&key.parse().unwrap(), msgs, session)
+            in_group(&config, &key.parse().unwrap(), msgs, session)
         };
         // People's messages say, and the session keeps it for the turns no one wrote.
         let mut s = Session::default();
@@ -571,5 +582,11 @@ mod tests {
             fresh
         ));
         assert!(check("discord:9", &[msg("discord:9", job(), false)], fresh));
+        // An owner's Discord user id as the key: their DM.
+        assert!(!check(
+            "discord:1001",
+            &[msg("discord:1001", job(), false)],
+            fresh
+        ));
     }
 }
