@@ -122,7 +122,8 @@ impl HandlerState {
                 .iter()
                 .chain(referenced.into_iter().flat_map(|r| &r.mentions))
                 .chain(snapshots.iter().flat_map(|s| &s.mentions)),
-        );
+        )
+        .with_me(self.bot_id().get());
         let texts = std::iter::once(msg.content.as_str())
             .chain(referenced.map(|r| r.content.as_str()))
             .chain(snapshots.iter().map(|s| s.content.as_str()));

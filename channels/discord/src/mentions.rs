@@ -21,6 +21,8 @@ pub(crate) struct Names {
     users: HashMap<u64, String>,
     roles: HashMap<u64, String>,
     channels: HashMap<u64, String>,
+    /// The bot itself: read as its name alone (the model has no use pinging itself).
+    me: Option<u64>,
 }
 
 impl Names {
@@ -33,6 +35,12 @@ impl Names {
                 .collect(),
             ..Self::default()
         }
+    }
+
+    /// `me` is the bot's own user id.
+    pub(crate) fn with_me(mut self, me: u64) -> Self {
+        self.me = Some(me);
+        self
     }
 
     /// Look up the roles and channels `texts` mention that are not known yet.
@@ -63,6 +71,7 @@ impl Names {
 
     fn name(&self, token: Token) -> Option<String> {
         match token {
+            Token::User(id) if self.me == Some(id) => self.users.get(&id).map(|n| format!("@{n}")),
             // With the mention itself, so the model can write it back to ping them.
             Token::User(id) => self.users.get(&id).map(|n| format!("@{n} (<@{id}>)")),
             Token::Role(id) => self.roles.get(&id).map(|n| format!("@{n}")),
