@@ -4,6 +4,8 @@
 use super::block::{self, Kind};
 use super::inline::{self, Inline};
 use super::table;
+// `& < >` are the only characters Slack requires escaped, as in Telegram's HTML.
+use super::telegram::{escape, escape_char};
 
 /// Render markdown as Slack mrkdwn.
 pub(super) fn render(text: &str) -> String {
@@ -194,21 +196,5 @@ fn is_mention(token: &str) -> bool {
         (Some(user), _) => name.is_none() && id_ok(user, &['U', 'W']),
         (_, Some(channel)) => id_ok(channel, &['C', 'G']) && !name.is_some_and(|n| n.contains('<')),
         _ => false,
-    }
-}
-
-/// Escape `& < >`, the only characters Slack requires escaped.
-fn escape(text: &str, out: &mut String) {
-    for c in text.chars() {
-        escape_char(c, out);
-    }
-}
-
-fn escape_char(c: char, out: &mut String) {
-    match c {
-        '&' => out.push_str("&amp;"),
-        '<' => out.push_str("&lt;"),
-        '>' => out.push_str("&gt;"),
-        _ => out.push(c),
     }
 }

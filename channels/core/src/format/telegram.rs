@@ -133,7 +133,7 @@ pub(super) fn escape(text: &str, out: &mut String) {
     text.chars().for_each(|c| escape_char(c, out));
 }
 
-fn escape_char(c: char, out: &mut String) {
+pub(super) fn escape_char(c: char, out: &mut String) {
     match c {
         '&' => out.push_str("&amp;"),
         '<' => out.push_str("&lt;"),
