@@ -172,9 +172,16 @@ impl Places {
         guild: Option<GuildId>,
         id: ChannelId,
     ) -> Option<String> {
-        guild
-            .and_then(|g| cached(ctx, g, id))
-            .or_else(|| self.get(id))
+        let g = guild?;
+        cached(ctx, g, id)
+            .or_else(|| {
+                // A thread learned otherwise (its create event, a lookup): named only when
+                // its channel is this server's, never one of another server's.
+                self.get(id).filter(|p| {
+                    p.parent
+                        .is_some_and(|parent| cached(ctx, g, parent).is_some())
+                })
+            })
             .and_then(|p| p.name)
     }
 }
