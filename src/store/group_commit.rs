@@ -51,6 +51,28 @@ impl Default for Timing {
 /// After sled failed a write (a full disk), how often the writer tries to open it again:
 /// once the disk takes writes, the store does too, without a restart.
 const REOPEN_EVERY: Duration = Duration::from_secs(5);
+/// How often a reopen that keeps failing the same way is logged again at warning level
+/// (a full disk would otherwise fill the log with the same line every few seconds).
+const REPEAT_WARNING: Duration = Duration::from_secs(300);
+
+/// The last failure logged at warning level, and when.
+#[derive(Default)]
+struct Warned(Option<(Instant, String)>);
+
+impl Warned {
+    /// Whether `error` at `now` is worth a warning: the first, a different one, or the
+    /// same after [`REPEAT_WARNING`]. Noted when it is.
+    fn again(&mut self, error: &str, now: Instant) -> bool {
+        let fresh = self
+            .0
+            .as_ref()
+            .is_none_or(|(at, last)| last != error || now.duration_since(*at) >= REPEAT_WARNING);
+        if fresh {
+            self.0 = Some((now, error.to_string()));
+        }
+        fresh
+    }
+}
 
 /// Where a commit's outcome goes.
 type Reply = oneshot::Sender<Result<Applied, StoreError>>;
@@ -154,18 +176,23 @@ pub(super) fn writer(
     let (mut bytes, mut commits) = (Vec::new(), Vec::new());
     let mut rotated = Instant::now();
     let mut reopened = Instant::now();
+    let mut warned = Warned::default();
     loop {
         if shared.sled_failed.load(Ordering::Relaxed)
             && reopened.elapsed() >= shared.timing.reopen_every
         {
             reopened = Instant::now();
             match reopen(shared, &mut active) {
-                Ok(()) => tracing::info!(
-                    "store: opened again after a failed write; it takes writes again"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "store: still failing; trying again in a few seconds")
+                Ok(()) => {
+                    warned = Warned::default();
+                    tracing::info!(
+                        "store: opened again after a failed write; it takes writes again"
+                    )
                 }
+                Err(e) if warned.again(&e.to_string(), Instant::now()) => {
+                    tracing::warn!(error = %e, "store: still failing; trying again every few seconds (this is logged again in 5 minutes, or when the error changes)")
+                }
+                Err(e) => tracing::debug!(error = %e, "store: still failing"),
             }
         }
         let first = match rx.try_recv() {
@@ -401,4 +428,29 @@ pub(super) fn checkpointer(shared: &Shared, rx: &mpsc::Receiver<Checkpoint>) {
 /// alive after 10 000 chats, 15 after 50 000, and RSS growing with them.
 fn release_retired() {
     crossbeam_epoch::pin().flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_repeating_itself_is_warned_of_once_in_five_minutes() {
+        let mut warned = Warned::default();
+        let t0 = Instant::now();
+        let full = "3 MB free on the data folder's disk; opening the store again wants 34 MB";
+        assert!(warned.again(full, t0), "the first");
+        for s in [5, 10, 295] {
+            assert!(!warned.again(full, t0 + Duration::from_secs(s)), "at {s} s");
+        }
+        assert!(
+            warned.again("27 MB free; wants 34 MB", t0 + Duration::from_secs(296)),
+            "another"
+        );
+        assert!(!warned.again("27 MB free; wants 34 MB", t0 + Duration::from_secs(300)));
+        assert!(
+            warned.again("27 MB free; wants 34 MB", t0 + Duration::from_secs(596)),
+            "5 min on"
+        );
+    }
 }
