@@ -462,3 +462,38 @@ async fn where_no_owner_is_named_anyone_in_a_group_may_stop_an_answer() {
     shutdown.cancel();
     running.stopped().await;
 }
+
+/// Several people's messages joined into one group turn: the model is asked to answer each.
+#[tokio::test]
+async fn a_turn_joining_several_peoples_messages_asks_the_model_to_answer_each() {
+    let llm = FakeLlm::start().await;
+    let env = Env::new(&llm.base_url(), "");
+    let (ch, running, shutdown) = env.start_with_test_channel().await;
+    let tx = running.inbound();
+    let key = ChatKey::new("test", "busy");
+    let from = |id: &str, who: &str, text: &str| {
+        let mut m = common::message(id, &key, text);
+        m.is_group = true;
+        (m.sender.id, m.sender.display_name) = (who.to_lowercase(), who.into());
+        m
+    };
+    llm.push(Reply::text("first").with_delay(Duration::from_secs(1)));
+    llm.push(Reply::text("both"));
+    tx.publish(from("b1", "Ann", "slow question"))
+        .await
+        .unwrap();
+    llm.wait_for_requests(1, WAIT).await.unwrap();
+    for (id, who) in [("b2", "Bob"), ("b3", "Carol"), ("b4", "Bob")] {
+        tx.publish(from(id, who, "me too")).await.unwrap();
+    }
+    ch.wait_for(2, WAIT).await;
+    let second = serde_json::to_string(&llm.requests()[1].body).unwrap();
+    assert!(
+        second.contains("Several people wrote since your last answer (Bob, Carol)"),
+        "{second}"
+    );
+    let first = serde_json::to_string(&llm.requests()[0].body).unwrap();
+    assert!(!first.contains("Several people"), "one asker: {first}");
+    shutdown.cancel();
+    running.stopped().await;
+}

@@ -96,6 +96,18 @@ pub fn identity_reanchor(name: &str, turns: u64) -> Option<String> {
     })
 }
 
+/// Several people's messages joined into one group turn (`names`, in order): the answer is
+/// one message, so it should answer each of them by name.
+pub fn several_askers(names: &[&str]) -> Option<String> {
+    (names.len() > 1).then(|| {
+        format!(
+            "Several people wrote since your last answer ({}); your answer is one message: \
+             answer each of them, by name.",
+            names.join(", ")
+        )
+    })
+}
+
 /// Say that the oldest `dropped` messages of the history did not fit the model's context.
 pub fn history_cut(dropped: usize) -> Option<String> {
     (dropped > 0).then(|| {

@@ -101,15 +101,28 @@ impl Agent {
         parts.join("\n\n")
     }
 
-    fn turn_steering(&self, last: &InboundMessage, session: &Session, now: &str) -> Vec<String> {
+    fn turn_steering(&self, msgs: &[InboundMessage], session: &Session, now: &str) -> Vec<String> {
+        let last = msgs.last().expect("a turn has a message");
         let minutes = session
             .updated_at
             .map(|t| (chrono::Utc::now() - t).num_minutes());
+        let mut seen = Vec::new();
+        let askers: Vec<&str> = msgs
+            .iter()
+            .filter(|m| m.origin == Origin::User && m.is_group)
+            .filter(|m| {
+                let new = !seen.contains(&&m.sender.id);
+                seen.push(&m.sender.id);
+                new
+            })
+            .map(|m| m.sender.display_name.as_str())
+            .collect();
         [
             steering::channel_style(&last.key.channel, last.is_group),
             steering::system_origin(&last.origin),
             steering::identity_reanchor(&self.config.agent.name, session.turns),
             steering::clock_refresh(minutes, now),
+            steering::several_askers(&askers),
         ]
         .into_iter()
         .flatten()
@@ -198,7 +211,7 @@ impl Agent {
             max_iterations: self.config.agent.max_iterations.max(1),
             tool_timeout: self.config.agent.tool_timeout.get(),
             context_window: self.config.llm.context_window,
-            steering: self.turn_steering(last, &session, &dynamic),
+            steering: self.turn_steering(&turn.messages, &session, &dynamic),
             // What a person asked: the tool nudges read it (a reminder's own words saying
             // "remind" must not nudge the model into scheduling it again).
             user_text: turn
