@@ -27,18 +27,15 @@ pub fn built_in() -> Vec<&'static str> {
     names
 }
 
-/// Whether `key` names a group chat, where its form tells: a Telegram group's id is
-/// negative, a Slack DM's id starts with `D`; the API and the terminal are one person's.
-/// `None` where the key cannot tell (Discord's channel ids, unknown channels).
+/// Whether `key` names a group chat, where its form tells (each adapter knows its keys: a
+/// Telegram group's id is negative, a Slack DM's starts with `D`); the API and the terminal
+/// are one person's. `None` where the key cannot tell (Discord's channel ids).
 pub fn key_is_group(key: &switchboard_channel::ChatKey) -> Option<bool> {
-    let room = key.room();
     match key.channel.as_str() {
-        "telegram" => room.chat_id.parse::<i64>().ok().map(|id| id < 0),
-        "slack" => match room.chat_id.chars().next() {
-            Some('D') => Some(false),
-            Some('C' | 'G') => Some(true),
-            _ => None,
-        },
+        #[cfg(feature = "telegram")]
+        "telegram" => switchboard_telegram::is_group_key(key),
+        #[cfg(feature = "slack")]
+        "slack" => switchboard_slack::is_group_key(key),
         "api" | "cli" => Some(false),
         _ => None,
     }

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use switchboard_channel::{InboundMessage, Origin, Sender, SystemOrigin};
 
+use super::session::Session;
 use super::tool::Member;
 use crate::config::Config;
 
@@ -62,6 +63,35 @@ pub fn of_turn(
         },
         files: files.to_vec(),
     })
+}
+
+/// Whether the turn runs in a group, where members may read what it does. Its people's
+/// messages say so (and the session keeps what they said); a turn no one wrote goes by the
+/// session, else by the key's form, else by whether it names an owner (a Discord key may
+/// be an owner's user id: their DM), else it is taken for a group.
+pub fn in_group(
+    config: &crate::config::Config,
+    key: &switchboard_channel::ChatKey,
+    msgs: &[InboundMessage],
+    session: &mut Session,
+) -> bool {
+    let people: Vec<&InboundMessage> = msgs.iter().filter(|m| m.origin == Origin::User).collect();
+    if !people.is_empty() {
+        let group = people.iter().any(|m| m.is_group);
+        session.group = Some(group);
+        return group;
+    }
+    let an_owner = || {
+        config
+            .access_for(&key.channel)
+            .is_some_and(|a| a.allow_from.iter().any(|e| e.trim() == key.chat_id))
+            .then_some(false)
+    };
+    session
+        .group
+        .or_else(|| crate::channels::key_is_group(key))
+        .or_else(an_owner)
+        .unwrap_or(true)
 }
 
 /// Who wrote a group message, as the model sees it: `owner · Ann` or `member · Sam` where
@@ -238,5 +268,67 @@ mod tests {
         );
         let beat = of_turn(&config, &[beat], &[], true).unwrap();
         assert_eq!(beat.folder.as_deref(), Some("members/heartbeat"));
+    }
+
+    #[test]
+    fn a_turn_no_one_wrote_is_in_a_group_unless_its_chat_is_known_not_to_be_one() {
+        let msg = |key: &str, origin: Origin, group: bool| {
+            let mut m = InboundMessage::text("1", key.parse().unwrap(), Sender::default(), "x");
+            (m.origin, m.is_group) = (origin, group);
+            m
+        };
+        let job = || Origin::System(SystemOrigin::Cron { job_id: "j".into() });
+        let mut config = crate::config::Config::default();
+        config.channels.discord.allow_from = vec!["1001".into()];
+        let check = |key: &str, msgs: &[InboundMessage], session: &mut Session| {
+            in_group(&config, &key.parse().unwrap(), msgs, session)
+        };
+        // People's messages say, and the session keeps it for the turns no one wrote.
+        let mut s = Session::default();
+        assert!(check(
+            "discord:9",
+            &[msg("discord:9", Origin::User, true)],
+            &mut s
+        ));
+        assert_eq!(s.group, Some(true));
+        // A job set in a direct chat, run there: the session still says group.
+        assert!(check(
+            "discord:9",
+            &[msg("discord:9", job(), false)],
+            &mut s
+        ));
+        let mut direct = Session {
+            group: Some(false),
+            ..Session::default()
+        };
+        assert!(!check(
+            "discord:9",
+            &[msg("discord:9", job(), true)],
+            &mut direct
+        ));
+        // Never written in: the key's form, else a group.
+        let fresh = &mut Session::default();
+        assert!(!check(
+            "telegram:5151",
+            &[msg("telegram:5151", job(), false)],
+            fresh
+        ));
+        assert!(check(
+            "telegram:-100",
+            &[msg("telegram:-100", job(), false)],
+            fresh
+        ));
+        assert!(!check(
+            "slack:D01",
+            &[msg("slack:D01", job(), false)],
+            fresh
+        ));
+        assert!(check("discord:9", &[msg("discord:9", job(), false)], fresh));
+        // An owner's Discord user id as the key: their DM.
+        assert!(!check(
+            "discord:1001",
+            &[msg("discord:1001", job(), false)],
+            fresh
+        ));
     }
 }

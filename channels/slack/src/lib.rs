@@ -60,7 +60,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub use config::{SLACK_MAX_MESSAGE_LEN, SlackConfig};
-pub use send::is_conversation_key;
+pub use send::{is_conversation_key, is_group_key};
 
 use inbound::Intake;
 use memory::Memory;

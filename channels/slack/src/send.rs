@@ -40,6 +40,17 @@ pub fn is_conversation_key(key: &ChatKey) -> bool {
 }
 
 /// `(channel, thread_ts)` from a key's chat id.
+/// Whether `key` is a channel (or a thread in one) rather than a direct message, where its
+/// id tells: `D…` is a DM, `C…`/`G…` a channel, a `#name` a channel; `None` otherwise.
+pub fn is_group_key(key: &ChatKey) -> Option<bool> {
+    let (conversation, _) = target(key).ok()?;
+    if crate::inbound::is_dm(conversation) {
+        Some(false)
+    } else {
+        conversation.starts_with(['C', 'G', '#']).then_some(true)
+    }
+}
+
 fn target(key: &ChatKey) -> Result<(&str, Option<&str>), SendError> {
     if key.channel != crate::NAME {
         return Err(SendError::Permanent(format!("not a slack key: {key}")));

@@ -40,6 +40,12 @@ pub fn is_chat_key(key: &ChatKey) -> bool {
     send::Target::parse(key).is_ok()
 }
 
+/// Whether `key` is a group's (or a topic in one): a group's id is negative. `None` for a
+/// key that is not a Telegram chat's.
+pub fn is_group_key(key: &ChatKey) -> Option<bool> {
+    send::Target::parse(key).ok().map(|t| t.is_group())
+}
+
 /// Longest a file download may take (`getFile` and the bytes): 20 MB (the Bot API's limit)
 /// at ~170 KB/s. Its chat's turn waits for it, so it is bounded (a file past it is named to
 /// the model, not read).
