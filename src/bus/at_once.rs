@@ -10,6 +10,11 @@ use super::{Bus, BusError, now_secs, seen};
 use crate::store::{Applied, Batch, Tree};
 
 impl Bus {
+    /// Tell the bus whether the config names owners (see [`Bus::stop`] in groups).
+    pub fn set_owners_named(&self, named: bool) {
+        self.owners_named.store(named, Ordering::Relaxed);
+    }
+
     /// `/stop`: cancel the key's running turn; it never queues behind that turn. `earlier`
     /// (its sender's messages in the chat that came with it, before it) are dropped, marked
     /// seen so a redelivery does not run them either; `results` gets their outcome. In a

@@ -240,11 +240,6 @@ impl Bus {
         })
     }
 
-    /// Tell the bus whether the config names owners (see `/stop` in groups).
-    pub fn set_owners_named(&self, named: bool) {
-        self.owners_named.store(named, Ordering::Relaxed);
-    }
-
     /// Once shutdown began: wait until no chat worker is left, i.e. the turns that were
     /// running have ended and their replies were handed to the outbox (no new turn starts).
     pub async fn turns_settled(&self) {
