@@ -202,8 +202,7 @@ pub async fn start(
     // and dedup only looks them up there.
     {
         let bus = bus.clone();
-        let inbox = config.gateway.workspace.join("inbox");
-        tokio::task::spawn_blocking(move || prune(&bus, &inbox, false, &|| false))
+        tokio::task::spawn_blocking(move || prune(&bus, &|| false))
             .await
             .map_err(|e| GatewayError::Setup(e.to_string()))??;
     }
@@ -354,11 +353,15 @@ pub async fn start(
     let prune_stop = shutdown.clone();
     let inbox = config.gateway.workspace.join("inbox");
     let jobs = scheduler.clone();
+    // Tidying goes on in the background: once at start (a gateway restarted more often
+    // than hourly still tidies), then hourly, the daily part every 24th hour.
     tracker.spawn(async move {
         for hour in 0u64.. {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
-                _ = prune_stop.cancelled() => break,
+            if hour > 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+                    _ = prune_stop.cancelled() => break,
+                }
             }
             let (bus, stop, inbox) = (prune_bus.clone(), prune_stop.clone(), inbox.clone());
             let daily = hour % 24 == 0;
@@ -369,11 +372,18 @@ pub async fn start(
                     Err(e) => tracing::warn!("clearing finished reminders failed: {e}"),
                 }
             }
-            let pruned = move || prune(&bus, &inbox, daily, &|| stop.is_cancelled());
+            let pruned = move || {
+                let stop = || stop.is_cancelled();
+                // At start, the seen ids and kept answers were pruned before intake.
+                if hour > 0 {
+                    prune(&bus, &stop)?;
+                }
+                tidy(&bus, &inbox, daily, &stop)
+            };
             match tokio::task::spawn_blocking(pruned).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!("pruning seen ids and kept answers failed: {e}"),
-                Err(e) => tracing::warn!("pruning seen ids and kept answers failed: {e}"),
+                Ok(Err(e)) => tracing::warn!("pruning old ids, answers and files failed: {e}"),
+                Err(e) => tracing::warn!("pruning old ids, answers and files failed: {e}"),
             }
         }
     });
@@ -447,9 +457,15 @@ impl Running {
 }
 
 /// Forget the seen ids and the API's kept answers past their retention (blocks on the store).
-fn prune(bus: &Bus, inbox: &Path, daily: bool, stop: &dyn Fn() -> bool) -> Result<(), StoreError> {
+fn prune(bus: &Bus, stop: &dyn Fn() -> bool) -> Result<(), StoreError> {
     bus.prune_seen()?;
     crate::http::api::prune_answers(bus.store().as_ref(), stop)?;
+    Ok(())
+}
+
+/// Remove the inbox's files past [`INBOX_KEPT`]; `daily`, also the Slack threads' idle
+/// conversations. Blocks: run it off the async threads.
+fn tidy(bus: &Bus, inbox: &Path, daily: bool, stop: &dyn Fn() -> bool) -> Result<(), StoreError> {
     let now = chrono::Utc::now();
     let before = (now - INBOX_KEPT).timestamp();
     match switchboard_channel::files::prune_inbox(inbox, before) {
