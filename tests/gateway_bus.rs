@@ -402,9 +402,7 @@ async fn in_a_group_one_member_cannot_stop_what_another_asked_but_they_or_an_own
     running.shared.bus.set_owners_named(true);
     let key = ChatKey::new("test", "group");
     let from = |id: &str, who: &str, owner: bool, text: &str| {
-        let mut m = message_alone(id, &key, text);
-        m.is_group = true;
-        m.sender.id = who.into();
+        let mut m = in_group(message_alone(id, &key, text), who);
         m.sender.is_owner = owner;
         m
     };
@@ -445,12 +443,7 @@ async fn where_no_owner_is_named_anyone_in_a_group_may_stop_an_answer() {
     let (ch, running, shutdown) = env.start_with_test_channel().await;
     let tx = running.inbound();
     let key = ChatKey::new("test", "group");
-    let from = |id: &str, who: &str, text: &str| {
-        let mut m = message_alone(id, &key, text);
-        m.is_group = true;
-        m.sender.id = who.into();
-        m
-    };
+    let from = |id: &str, who: &str, text: &str| in_group(message_alone(id, &key, text), who);
     llm.push(Reply::text("far too late").with_delay(Duration::from_secs(300)));
     tx.publish(from("g1", "ann", "write a novel"))
         .await
@@ -471,12 +464,7 @@ async fn a_turn_joining_several_peoples_messages_asks_the_model_to_answer_each()
     let (ch, running, shutdown) = env.start_with_test_channel().await;
     let tx = running.inbound();
     let key = ChatKey::new("test", "busy");
-    let from = |id: &str, who: &str, text: &str| {
-        let mut m = common::message(id, &key, text);
-        m.is_group = true;
-        (m.sender.id, m.sender.display_name) = (who.to_lowercase(), who.into());
-        m
-    };
+    let from = |id: &str, who: &str, text: &str| in_group(common::message(id, &key, text), who);
     llm.push(Reply::text("first").with_delay(Duration::from_secs(1)));
     llm.push(Reply::text("both"));
     tx.publish(from("b1", "Ann", "slow question"))
@@ -496,4 +484,14 @@ async fn a_turn_joining_several_peoples_messages_asks_the_model_to_answer_each()
     assert!(!first.contains("Several people"), "one asker: {first}");
     shutdown.cancel();
     running.stopped().await;
+}
+
+/// `m` as written in a group by `who` (their name, and their id in lower case).
+fn in_group(
+    mut m: switchboard_channel::InboundMessage,
+    who: &str,
+) -> switchboard_channel::InboundMessage {
+    m.is_group = true;
+    (m.sender.id, m.sender.display_name) = (who.to_lowercase(), who.into());
+    m
 }

@@ -214,15 +214,25 @@ pub(super) fn assert_telegram_html(html: &str) {
     assert!(stack.is_empty(), "unclosed {stack:?} in {html:?}");
 }
 
+/// 300 seeded cases: a text `make` writes of 50 to 1 550 characters, a limit of 20 to 320,
+/// and its chunks, checked against [`assert_chunks_ok`].
+fn chunked_cases(make: fn(&mut Rng, usize) -> String) -> Vec<(u64, String, usize, Vec<String>)> {
+    (1..=300u64)
+        .map(|seed| {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let size = 50 + rng.below(1500);
+            let text = make(&mut rng, size);
+            let limit = 20 + rng.below(300);
+            let chunks = chunk_markdown(&text, limit);
+            assert_chunks_ok(&text, &chunks, limit);
+            (seed, text, limit, chunks)
+        })
+        .collect()
+}
+
 #[test]
 fn generated_documents_chunk_and_render_within_limits() {
-    for seed in 1..=300u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let size = 50 + rng.below(1500);
-        let text = document(&mut rng, size);
-        let limit = 20 + rng.below(300);
-        let chunks = chunk_markdown(&text, limit);
-        assert_chunks_ok(&text, &chunks, limit);
+    for (seed, text, limit, chunks) in chunked_cases(document) {
         for (i, c) in chunks.iter().enumerate() {
             if !fences_balanced(c) {
                 let prev = i.checked_sub(1).map_or("", |p| chunks[p].as_str());
@@ -305,13 +315,7 @@ fn visible(md: &str) -> String {
 
 #[test]
 fn spans_cut_across_chunks_are_closed_and_reopened() {
-    for seed in 1..=300u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let size = 100 + rng.below(1500);
-        let text = prose(&mut rng, size);
-        let limit = 20 + rng.below(300);
-        let chunks = chunk_markdown(&text, limit);
-        assert_chunks_ok(&text, &chunks, limit);
+    for (seed, text, limit, chunks) in chunked_cases(prose) {
         let shown: String = chunks.iter().map(|c| visible(c)).collect();
         assert_eq!(
             shown,
