@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::platform::{self, env_with};
+use common::platform;
 use common::{Env, GatewayProcess};
 use switchboard_fakes::llm::{FakeLlm, Reply};
 use switchboard_fakes::slack::events::{
@@ -33,13 +33,7 @@ struct Sl {
 impl Sl {
     /// Socket Mode (`socket_mode`) or the Events API only.
     async fn start(socket_mode: bool) -> Sl {
-        let llm = FakeLlm::start().await;
-        let slack = FakeSlack::start().await;
-        let table = format!(
-            "[channels.slack]\nenabled = true\napi_url = \"{}\"\ndm_policy = \"open\"\n",
-            slack.api_url()
-        );
-        let env = env_with(&llm.base_url(), &table);
+        let (llm, slack, env) = platform::slack_fakes().await;
         let gw = spawn(&env, socket_mode);
         let t = Sl {
             llm,

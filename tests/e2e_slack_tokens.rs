@@ -9,31 +9,18 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::platform::{self, env_with};
+use common::platform::{self, slack_fakes as fakes};
 use common::{Env, GatewayProcess};
-use switchboard_fakes::llm::FakeLlm;
 use switchboard_fakes::slack::events::{
     app_mention, app_uninstalled, event_callback_body, now_timestamp, signed_headers,
 };
-use switchboard_fakes::slack::{APP_TOKEN, BOT_TOKEN, FakeSlack};
+use switchboard_fakes::slack::{APP_TOKEN, BOT_TOKEN};
 
 const WAIT: Duration = Duration::from_secs(15);
 const SECRET: &str = "e2e-tokens-signing-secret";
 const CHANNEL: &str = "C0CHAN";
 const USER: &str = "U0ALICE";
 const REFUSED_APP_TOKEN: &str = "xapp-refused-e2e-token";
-
-/// The fakes, and a config with Slack on, pointed at the fake.
-async fn fakes() -> (FakeLlm, FakeSlack, Env) {
-    let llm = FakeLlm::start().await;
-    let slack = FakeSlack::start().await;
-    let table = format!(
-        "[channels.slack]\nenabled = true\napi_url = \"{}\"\ndm_policy = \"open\"\n",
-        slack.api_url()
-    );
-    let env = env_with(&llm.base_url(), &table);
-    (llm, slack, env)
-}
 
 /// POST `body` to the gateway's `/slack/events`, signed as Slack does: status and body.
 async fn post_event(env: &Env, body: &str) -> (u16, String) {

@@ -214,3 +214,19 @@ pub fn fire(base: String, user: &str, text: &str) {
             .await;
     });
 }
+
+/// The fake LLM and fake Slack, and a config with Slack on (open DMs), pointed at them.
+pub async fn slack_fakes() -> (
+    switchboard_fakes::llm::FakeLlm,
+    switchboard_fakes::slack::FakeSlack,
+    Env,
+) {
+    let llm = switchboard_fakes::llm::FakeLlm::start().await;
+    let slack = switchboard_fakes::slack::FakeSlack::start().await;
+    let table = format!(
+        "[channels.slack]\nenabled = true\napi_url = \"{}\"\ndm_policy = \"open\"\n",
+        slack.api_url()
+    );
+    let env = env_with(&llm.base_url(), &table);
+    (llm, slack, env)
+}
